@@ -1,0 +1,86 @@
+"""The exception tree of autopersona-flows.
+
+Every error the library raises on purpose derives from `AutopersonaError`, and
+each also inherits the builtin it refines, so ``except ValueError`` keeps working::
+
+    AutopersonaError
+    └── MemoryStoreError
+        ├── InvalidUserIdError (ValueError)
+        ├── MemoryNotFoundError (KeyError)
+        ├── DuplicateMemoryError (ValueError)
+        ├── MemoryStoreCorruptionError
+        └── SnapshotError (ValueError)
+
+Invalid record contents raise pydantic's `ValidationError` (a `ValueError`),
+which names every offending field.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = [
+    "AutopersonaError",
+    "DuplicateMemoryError",
+    "InvalidUserIdError",
+    "MemoryNotFoundError",
+    "MemoryStoreCorruptionError",
+    "MemoryStoreError",
+    "SnapshotError",
+]
+
+
+class AutopersonaError(Exception):
+    """Base class of every error raised by autopersona-flows."""
+
+
+class MemoryStoreError(AutopersonaError):
+    """A memory store refused or failed an operation."""
+
+
+class InvalidUserIdError(MemoryStoreError, ValueError):
+    """A user id is not a non-empty string of valid Unicode."""
+
+
+class MemoryNotFoundError(MemoryStoreError, KeyError):
+    """No record with this id exists in the user's bank for this layer."""
+
+    def __init__(self, user_id: str, layer: str, memory_id: str) -> None:
+        self.user_id = user_id
+        self.layer = layer
+        self.memory_id = memory_id
+        super().__init__(f"no {layer} memory with id {memory_id!r} for user {user_id!r}")
+
+    def __str__(self) -> str:
+        # KeyError.__str__ would repr() the message and wrap it in quotes.
+        return str(self.args[0])
+
+
+class DuplicateMemoryError(MemoryStoreError, ValueError):
+    """A record id that already exists was written again as new."""
+
+
+class MemoryStoreCorruptionError(MemoryStoreError):
+    """A stored file is malformed; nothing was modified.
+
+    Writes to the affected bank are refused until a person repairs the file.
+
+    Attributes:
+        path: The malformed file.
+        line: The 1-based line number of the first bad line, if known.
+        reason: What is wrong with it.
+    """
+
+    def __init__(self, path: Path, line: int | None, reason: str) -> None:
+        self.path = path
+        self.line = line
+        self.reason = reason
+        where = f"{path}:{line}" if line is not None else str(path)
+        super().__init__(
+            f"{where}: {reason}. Nothing was modified; writes to this bank are refused until "
+            "the file is repaired (fix or remove the line, or restore an exported snapshot)."
+        )
+
+
+class SnapshotError(MemoryStoreError, ValueError):
+    """A snapshot cannot be exported, read or restored as asked."""

@@ -1,0 +1,67 @@
+"""Durable file primitives: atomic replacement, directory fsync and advisory locks."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import tempfile
+from pathlib import Path
+
+__all__ = ["atomic_write", "fsync_dir", "lock_file", "unlock_file", "write_all"]
+
+
+def fsync_dir(path: Path) -> None:
+    """Flush a directory entry change (a create or rename) to disk."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write every byte of ``data`` to ``fd``; `os.write` may write only part of it."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data``: written to a temporary file, fsynced, renamed.
+
+    A reader (or a crash) sees the old content or the new, never a mix.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        try:
+            write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        Path(tmp).replace(path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def lock_file(path: Path, *, exclusive: bool) -> int:
+    """Open ``path`` (creating it) and take an advisory lock on it; return the descriptor.
+
+    The lock is held until `unlock_file`. Locks taken through different
+    descriptors exclude each other, across processes and across threads alike.
+    """
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def unlock_file(fd: int) -> None:
+    """Release a lock taken by `lock_file`."""
+    os.close(fd)  # closing the last descriptor releases the flock

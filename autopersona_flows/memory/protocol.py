@@ -1,0 +1,123 @@
+"""The contract every memory store fulfils."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Iterable
+from typing import Protocol, runtime_checkable
+
+from autopersona_flows.memory.records import Embedding, LayerContent, MemoryLayer, MemoryRecord
+from autopersona_flows.memory.snapshots import MemoryChange, MemorySnapshot
+
+__all__ = ["MemoryStore"]
+
+
+@runtime_checkable
+class MemoryStore(Protocol):
+    """A durable, per-user, three-layer memory bank.
+
+    Every operation is partitioned by user id: no call returns, changes or counts
+    another user's records. Records are identified by their id, never by position.
+    Once a call returns, what it wrote is durable. Stores are safe to share
+    between threads.
+
+    Raises (for every method):
+        InvalidUserIdError: If the user id is not a non-empty string of valid Unicode.
+        MemoryStoreCorruptionError: If stored data is malformed; nothing is modified.
+    """
+
+    def add(self, user_id: str, item: MemoryRecord | LayerContent) -> MemoryRecord:
+        """Store one record, or wrap layer content in a new record and store that.
+
+        Returns:
+            The stored record.
+
+        Raises:
+            DuplicateMemoryError: If a record with the same id is already stored.
+        """
+        ...
+
+    def add_many(
+        self, user_id: str, layer: MemoryLayer, items: Iterable[MemoryRecord | LayerContent]
+    ) -> builtins.list[MemoryRecord]:
+        """Store several records of one layer atomically: all of them or none.
+
+        Returns:
+            The stored records, in the order given.
+
+        Raises:
+            ValueError: If an item belongs to another layer.
+            DuplicateMemoryError: If an id repeats or is already stored.
+        """
+        ...
+
+    def get(self, user_id: str, layer: MemoryLayer, memory_id: str) -> MemoryRecord:
+        """Return one record.
+
+        Raises:
+            MemoryNotFoundError: If the user has no such record in ``layer``.
+        """
+        ...
+
+    def list(self, user_id: str, layer: MemoryLayer) -> builtins.list[MemoryRecord]:
+        """Return every record of the user's ``layer``, oldest first."""
+        ...
+
+    def update(
+        self,
+        user_id: str,
+        layer: MemoryLayer,
+        memory_id: str,
+        content: LayerContent,
+        *,
+        embedding: Embedding | None = None,
+    ) -> MemoryRecord:
+        """Replace a record's content, keeping its id and creation time.
+
+        The previous version is kept in the change history. The stored embedding
+        described the old content, so it is replaced by ``embedding`` (or dropped).
+
+        Returns:
+            The updated record.
+
+        Raises:
+            MemoryNotFoundError: If the user has no such record in ``layer``.
+        """
+        ...
+
+    def delete(self, user_id: str, layer: MemoryLayer, memory_id: str) -> MemoryRecord:
+        """Remove a record; it is kept in the change history.
+
+        Returns:
+            The removed record.
+
+        Raises:
+            MemoryNotFoundError: If the user has no such record in ``layer``.
+        """
+        ...
+
+    def history(
+        self, user_id: str, layer: MemoryLayer, memory_id: str
+    ) -> builtins.list[MemoryChange]:
+        """Return the superseded and deleted versions of a record, oldest first."""
+        ...
+
+    def users(self) -> builtins.list[str]:
+        """Return the ids of all users with a bank in this store, sorted."""
+        ...
+
+    def snapshot(self, user_id: str) -> MemorySnapshot:
+        """Read all three layers of a user as one consistent view."""
+        ...
+
+    def snapshot_fingerprint(self, user_id: str) -> str:
+        """Return the fingerprint of `snapshot`: equal data gives equal fingerprints."""
+        ...
+
+    def restore(self, snapshot: MemorySnapshot, *, replace: bool = False) -> None:
+        """Load a snapshot into its user's bank; afterwards `snapshot` gives it back.
+
+        Raises:
+            SnapshotError: If the user already has memories and ``replace`` is false.
+        """
+        ...

@@ -1,0 +1,313 @@
+"""Typed records of the three memory layers.
+
+Validation is strict: a wrong type, a missing field, a record of the wrong layer,
+NaN or Infinity, a lone surrogate or any value JSON cannot hold is a pydantic
+`ValidationError` at write time. Nothing is coerced: ``None`` never becomes
+``"None"`` and a string is never split into a list of characters.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from typing import Annotated, Any, ClassVar, Literal, get_args
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from autopersona_flows.memory.ids import MEMORY_ID_PATTERN, new_memory_id
+
+__all__ = [
+    "LAYERS",
+    "Embedding",
+    "JsonValue",
+    "LayerContent",
+    "MemoryLayer",
+    "MemoryRecord",
+    "PersonaMemory",
+    "RawTaskRecord",
+    "TrajectoryMemory",
+    "WorkspaceMemory",
+    "content_type",
+]
+
+MemoryLayer = Literal["trajectory", "workspace", "persona"]
+"""The three layers of a user's memory bank."""
+
+LAYERS: tuple[MemoryLayer, ...] = get_args(MemoryLayer)
+"""All layers, in the fixed order stores lock and list them."""
+
+_MAX_DEPTH = 128
+_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1  # what orjson, and most JSON readers, hold exactly
+
+
+def _check_text(value: str) -> str:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"text contains a lone surrogate at index {exc.start}, which is not valid Unicode"
+        ) from None
+    return value
+
+
+def _check_json(value: Any, where: str = "", depth: int = 0) -> Any:  # noqa: PLR0912 - one branch per JSON type
+    if depth > _MAX_DEPTH:
+        raise ValueError(f"value{where} is nested deeper than {_MAX_DEPTH} levels")
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        if not _INT_MIN <= value <= _INT_MAX:
+            raise ValueError(f"integer{where} does not fit in 64 bits")
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{value!r}{where} is not a JSON number")
+        return value
+    if isinstance(value, str):
+        try:
+            return _check_text(value)
+        except ValueError as exc:
+            raise ValueError(f"string{where}: {exc}") from None
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_json(item, f"{where}[{index}]", depth + 1)
+        return value
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ValueError(f"object key {key!r}{where} is not a string")
+            _check_text(key)
+            _check_json(item, f"{where}[{key!r}]", depth + 1)
+        return value
+    raise ValueError(f"a {type(value).__name__}{where} cannot be stored as JSON")
+
+
+def _non_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be empty")
+    return value
+
+
+Text = Annotated[str, AfterValidator(_check_text)]
+JsonValue = Annotated[Any, AfterValidator(_check_json)]
+"""Any value JSON can hold: null, booleans, 64-bit integers, finite floats, text, lists, objects."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+
+class TrajectoryMemory(_Strict):
+    """A past request: what was asked, the key actions taken, the outcome and the insight.
+
+    Attributes:
+        query: The request as the user made it.
+        trace: The key actions, in order.
+        outcome: What came of it, if anything.
+        insight: What to remember for next time.
+    """
+
+    layer: ClassVar[MemoryLayer] = "trajectory"
+
+    query: Annotated[Text, AfterValidator(_non_blank)]
+    trace: list[JsonValue] = Field(default_factory=list)
+    outcome: JsonValue = None
+    insight: Text = ""
+
+
+class WorkspaceMemory(_Strict):
+    """The state of the user's workspace and how the assistant interacted with it.
+
+    Attributes:
+        task: The task the state belongs to.
+        interaction: Environment interactions, in order.
+        state: The resulting workspace state.
+    """
+
+    layer: ClassVar[MemoryLayer] = "workspace"
+
+    task: JsonValue = None
+    interaction: list[JsonValue] = Field(default_factory=list)
+    state: JsonValue = None
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> WorkspaceMemory:
+        if self.task is None and not self.interaction and self.state is None:
+            raise ValueError("a workspace memory needs a task, an interaction or a state")
+        return self
+
+
+class PersonaMemory(_Strict):
+    """A preference or constraint of the person, and how to assist them with it.
+
+    Attributes:
+        topic: What the preference is about, e.g. ``"citation style"``.
+        preference: The preference or constraint itself, e.g. ``"APA"``.
+        strategy: How an assistant should act on it.
+    """
+
+    layer: ClassVar[MemoryLayer] = "persona"
+
+    topic: Annotated[Text, AfterValidator(_non_blank)]
+    preference: Annotated[Text, AfterValidator(_non_blank)]
+    strategy: Text = ""
+
+
+LayerContent = TrajectoryMemory | WorkspaceMemory | PersonaMemory
+"""The content of a record of any layer."""
+
+_CONTENT_TYPES: dict[str, type[TrajectoryMemory | WorkspaceMemory | PersonaMemory]] = {
+    cls.layer: cls for cls in (TrajectoryMemory, WorkspaceMemory, PersonaMemory)
+}
+
+
+def content_type(layer: MemoryLayer) -> type[LayerContent]:
+    """Return the content model of ``layer``.
+
+    Raises:
+        ValueError: If ``layer`` is not one of `LAYERS`.
+    """
+    try:
+        return _CONTENT_TYPES[layer]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown memory layer {layer!r}; expected one of {LAYERS}") from None
+
+
+def _datetime_or_iso(value: Any) -> Any:
+    # Stored timestamps are ISO 8601 text; numbers are not timestamps here.
+    if not isinstance(value, datetime | str):
+        raise ValueError(f"expected a datetime or ISO 8601 text, got {type(value).__name__}")
+    return value
+
+
+def _utc(value: datetime) -> datetime:
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError("timestamps must be timezone-aware")
+    return value.astimezone(UTC)
+
+
+def _check_id(value: str) -> str:
+    if not MEMORY_ID_PATTERN.match(value):
+        raise ValueError(f"{value!r} is not a memory id (26 characters of Crockford base32)")
+    return value
+
+
+UtcDatetime = Annotated[
+    datetime, Field(strict=False), BeforeValidator(_datetime_or_iso), AfterValidator(_utc)
+]
+MemoryId = Annotated[str, AfterValidator(_check_id)]
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Embedding(_Strict):
+    """A record's embedding, stored with it so retrieval never re-embeds the bank.
+
+    Attributes:
+        model: The name of the embedder that made it.
+        dim: The number of dimensions.
+        vector: The values, finite floats, exactly ``dim`` of them.
+    """
+
+    model: Annotated[Text, AfterValidator(_non_blank)]
+    dim: Annotated[int, Field(gt=0)]
+    vector: list[float]
+
+    @model_validator(mode="after")
+    def _check_vector(self) -> Embedding:
+        if len(self.vector) != self.dim:
+            raise ValueError(f"vector has {len(self.vector)} values, dim says {self.dim}")
+        if not all(math.isfinite(x) for x in self.vector):
+            raise ValueError("vector values must be finite")
+        return self
+
+
+class MemoryRecord(_Strict):
+    """A stored memory: its content in an envelope with identity and timestamps.
+
+    ``layer`` may be left out; it is then taken from the content. When given, it
+    must match the content's layer.
+
+    Attributes:
+        id: Unique and time-sortable; made on creation.
+        layer: The layer the record belongs to.
+        content: The layer's content model.
+        created_at: When the record was first written (UTC).
+        updated_at: When its content last changed (UTC).
+        embedding: The embedding of the content, if one was computed.
+    """
+
+    id: MemoryId = Field(default_factory=new_memory_id)
+    layer: MemoryLayer
+    content: LayerContent
+    created_at: UtcDatetime = Field(default_factory=_now)
+    updated_at: UtcDatetime = Field(default_factory=lambda data: data.get("created_at", _now()))
+    embedding: Embedding | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _layer_from_content(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "layer" not in data:
+            content = data.get("content")
+            if isinstance(content, TrajectoryMemory | WorkspaceMemory | PersonaMemory):
+                return {**data, "layer": content.layer}
+        return data
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _content_of_layer(cls, value: Any, info: ValidationInfo) -> Any:
+        layer = info.data.get("layer")
+        if layer is None:  # the layer itself failed validation; it reports its own error
+            return value
+        expected = _CONTENT_TYPES[layer]
+        if isinstance(value, dict):
+            return expected.model_validate(value)
+        if isinstance(value, BaseModel) and not isinstance(value, expected):
+            raise ValueError(
+                f"content is a {type(value).__name__}, but the record's layer is {layer!r} "
+                f"(expected {expected.__name__})"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _timestamps(self) -> MemoryRecord:
+        if self.updated_at < self.created_at:
+            raise ValueError("updated_at is earlier than created_at")
+        return self
+
+
+class RawTaskRecord(_Strict):
+    """One completed task as it happened: the input of ingestion.
+
+    Attributes:
+        user_id: Whose task it was.
+        query: The request.
+        trace: The key actions taken.
+        outcome: What came of it.
+        insight: What to remember.
+        task: The task as the workspace saw it.
+        interaction: Environment interactions.
+        state: The workspace state afterwards.
+        persona: Preferences and constraints the task revealed.
+    """
+
+    user_id: Annotated[Text, AfterValidator(_non_blank)]
+    query: Annotated[Text, AfterValidator(_non_blank)]
+    trace: list[JsonValue] = Field(default_factory=list)
+    outcome: JsonValue = None
+    insight: Text = ""
+    task: JsonValue = None
+    interaction: list[JsonValue] = Field(default_factory=list)
+    state: JsonValue = None
+    persona: list[PersonaMemory] = Field(default_factory=list)
