@@ -47,13 +47,21 @@ def atomic_write(path: Path, data: bytes) -> None:
     fsync_dir(path.parent)
 
 
-def lock_file(path: Path, *, exclusive: bool) -> int:
-    """Open ``path`` (creating it) and take an advisory lock on it; return the descriptor.
+def lock_file(path: Path, *, exclusive: bool) -> int | None:
+    """Take an advisory lock on ``path`` and return its descriptor.
 
-    The lock is held until `unlock_file`. Locks taken through different
-    descriptors exclude each other, across processes and across threads alike.
+    An exclusive lock creates the lock file; a shared one does not, and returns
+    ``None`` when the file does not exist yet (nothing has been written that a
+    reader could see half of). The lock is held until `unlock_file`. Locks taken
+    through different descriptors exclude each other, across processes and
+    threads alike.
     """
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT if exclusive else os.O_RDONLY, 0o644)
+    except FileNotFoundError:
+        if exclusive:
+            raise
+        return None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
     except BaseException:

@@ -180,8 +180,7 @@ class _Bank:
             if self._depth == 0:
                 if exclusive:
                     self.folder.mkdir(parents=True, exist_ok=True)
-                if exclusive or self.folder.exists():
-                    self._lock_fd = lock_file(self.lock_path, exclusive=exclusive)
+                self._lock_fd = lock_file(self.lock_path, exclusive=exclusive)
                 self._exclusive = exclusive
             elif exclusive and not self._exclusive:
                 raise RuntimeError("a shared bank lock cannot be upgraded to an exclusive one")
@@ -220,7 +219,11 @@ class _Bank:
                 self.offset, self.lines = len(header_line), 1
             file.seek(self.offset)
             data = file.read()
-        self._apply(data)
+        try:
+            self._apply(data)
+        except MemoryStoreCorruptionError:
+            self._reset()  # a half-applied view must not survive; the next call starts over
+            raise
         self.stat_key = key
 
     def _parse_header(self, line: bytes) -> _Header:

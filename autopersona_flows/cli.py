@@ -1,0 +1,144 @@
+"""The ``autopersona`` command line.
+
+Commands print counts and digests, never memory contents, so their output is safe
+to paste into a ticket or a CI log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from autopersona_flows.errors import AutopersonaError, SnapshotError
+from autopersona_flows.memory.jsonl import JsonlMemoryStore
+from autopersona_flows.memory.snapshots import MemorySnapshot, read_snapshot, write_snapshot
+
+__all__ = ["export_snapshot", "import_snapshot", "main"]
+
+
+def _existing_store(path: str | Path) -> JsonlMemoryStore:
+    root = Path(path)
+    if not root.is_dir():
+        raise AutopersonaError(f"no memory store at {root}: the folder does not exist")
+    return JsonlMemoryStore(root)
+
+
+def _counts(snapshot: MemorySnapshot) -> str:
+    total = sum(snapshot.counts.values())
+    layers = ", ".join(f"{layer} {count}" for layer, count in snapshot.counts.items())
+    return f"{total} memories ({layers})"
+
+
+def export_snapshot(store_root: str | Path, user_id: str, dest: str | Path) -> MemorySnapshot:
+    """Write one user's snapshot from a JSONL store to ``dest``, atomically.
+
+    Nothing is written if the user's bank is corrupt, so an earlier export at
+    ``dest`` stays as it was. A user without memories gives an explicitly empty
+    snapshot.
+
+    Raises:
+        SnapshotError: If ``dest`` lies inside the store.
+        MemoryStoreCorruptionError: If a bank of the user is malformed.
+    """
+    store = _existing_store(store_root)
+    dest = Path(dest)
+    if dest.resolve().is_relative_to(store.root.resolve()):
+        raise SnapshotError(
+            f"refusing to export into the store itself ({dest}); choose a path outside {store.root}"
+        )
+    snapshot = store.snapshot(user_id)
+    write_snapshot(snapshot, dest)
+    return snapshot
+
+
+def import_snapshot(
+    snapshot_path: str | Path, store_root: str | Path, *, replace: bool = False
+) -> MemorySnapshot:
+    """Restore a snapshot file into a JSONL store (created if missing).
+
+    Raises:
+        SnapshotError: If the file is not a valid snapshot, or the user already has
+            memories and ``replace`` is false.
+    """
+    snapshot = read_snapshot(snapshot_path)
+    store = JsonlMemoryStore(store_root)
+    store.restore(snapshot, replace=replace)
+    restored = store.snapshot_fingerprint(snapshot.user_id)
+    if restored != snapshot.fingerprint:
+        raise SnapshotError(
+            f"restored data has fingerprint {restored}, expected {snapshot.fingerprint}"
+        )
+    return snapshot
+
+
+def _cmd_export(args: argparse.Namespace) -> None:
+    snapshot = export_snapshot(args.store, args.user, args.dest)
+    note = " (the user has no memories: the snapshot is empty)" if snapshot.is_empty else ""
+    print(f"exported {_counts(snapshot)} to {args.dest}{note}")
+    print(f"fingerprint sha256:{snapshot.fingerprint}")
+
+
+def _cmd_import(args: argparse.Namespace) -> None:
+    snapshot = import_snapshot(args.snapshot, args.store, replace=args.replace)
+    print(f"imported {_counts(snapshot)} into {args.store}")
+    print(f"fingerprint sha256:{snapshot.fingerprint}")
+
+
+def _cmd_users(args: argparse.Namespace) -> None:
+    for user_id in _existing_store(args.store).users():
+        print(user_id)
+
+
+def _cmd_verify(args: argparse.Namespace) -> None:
+    store = _existing_store(args.store)
+    users = store.users()
+    for user_id in users:
+        store.snapshot(user_id)  # parses every line of every bank
+    print(f"ok: {len(users)} users, every bank readable")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="autopersona", description="Manage autopersona-flows memory stores."
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    export = commands.add_parser("export", help="write one user's memories to a snapshot file")
+    export.add_argument("store", help="the store's folder")
+    export.add_argument("user", help="the user id, exactly as stored")
+    export.add_argument("dest", help="the snapshot file to write (outside the store)")
+    export.set_defaults(run=_cmd_export)
+
+    restore = commands.add_parser("import", help="restore a snapshot file into a store")
+    restore.add_argument("snapshot", help="a file written by `autopersona export`")
+    restore.add_argument("store", help="the store's folder (created if missing)")
+    restore.add_argument(
+        "--replace", action="store_true", help="overwrite the user's existing memories"
+    )
+    restore.set_defaults(run=_cmd_import)
+
+    users = commands.add_parser("users", help="list the users of a store")
+    users.add_argument("store", help="the store's folder")
+    users.set_defaults(run=_cmd_users)
+
+    verify = commands.add_parser("verify", help="read every bank; fail on the first corrupt one")
+    verify.add_argument("store", help="the store's folder")
+    verify.set_defaults(run=_cmd_verify)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit code (0 ok, 1 failed, 2 usage)."""
+    args = _parser().parse_args(argv)
+    try:
+        args.run(args)
+    except AutopersonaError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

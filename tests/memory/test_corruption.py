@@ -1,0 +1,176 @@
+"""Malformed files: a typed error naming file and line, and not one byte changed."""
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from autopersona_flows import (
+    JsonlMemoryStore,
+    MemoryStoreCorruptionError,
+    PersonaMemory,
+    TrajectoryMemory,
+)
+
+
+def make_bank(root: Path) -> tuple[Path, list[bytes]]:
+    """Three persona records for ada; return the bank file and its lines."""
+    store = JsonlMemoryStore(root)
+    for i in range(3):
+        store.add("ada", PersonaMemory(topic=f"topic {i}", preference="p"))
+    (path,) = root.glob("users/*/persona.jsonl")
+    return path, path.read_bytes().split(b"\n")[:-1]
+
+
+# Each case turns the lines of a healthy bank into a corrupt one whose bad line is line 3
+# (line 4 where a batch breaks off: the line that breaks it is the bad one).
+CASES: dict[str, tuple[Callable[[list[bytes]], list[bytes]], str]] = {
+    "invalid JSON": (lambda lines: [*lines[:2], b'{"id": "01', *lines[3:]], "not valid JSON"),
+    "invalid UTF-8": (
+        lambda lines: [*lines[:2], lines[2].replace(b"topic", b"t\xffpic"), *lines[3:]],
+        "not valid JSON",
+    ),
+    "not an object": (
+        lambda lines: [*lines[:2], b"[1, 2, 3]", *lines[3:]],
+        "must be a JSON object",
+    ),
+    "a bare string": (lambda lines: [*lines[:2], b'"hello"', *lines[3:]], "must be a JSON object"),
+    "blank line": (lambda lines: [*lines[:2], b"", *lines[2:]], "not valid JSON"),
+    "fails validation": (
+        lambda lines: [
+            *lines[:2],
+            lines[2].replace(b'"preference":"p"', b'"preference":7'),
+            *lines[3:],
+        ],
+        "preference",
+    ),
+    "wrong layer": (
+        lambda lines: [
+            *lines[:2],
+            lines[2].replace(b'"layer":"persona"', b'"layer":"trajectory"'),
+            *lines[3:],
+        ],
+        "query",
+    ),
+    "unknown op": (lambda lines: [*lines[:2], b'{"op": "merge", "id": "x"}', *lines[3:]], "merge"),
+    "delete of unknown id": (
+        lambda lines: [
+            *lines[:2],
+            b'{"op":"delete","id":"01M8Q7GME2V8F9V56S05QS05N8","at":"2026-01-01T00:00:00Z"}',
+            *lines[2:],
+        ],
+        "not in the bank",
+    ),
+    "batch ended early": (
+        lambda lines: [
+            *lines[:2],
+            b'{"op":"batch","count":2}',
+            b'{"op":"delete","id":"x","at":"2026-01-01T00:00:00Z"}',
+            *lines[2:],
+        ],
+        "ended early",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_corruption_is_reported_with_file_and_line_and_nothing_changes(
+    tmp_path: Path, case: str
+) -> None:
+    corrupt, reason = CASES[case]
+    bad_line = 4 if case == "batch ended early" else 3
+    path, lines = make_bank(tmp_path / "store")
+    bad = b"\n".join(corrupt(lines)) + b"\n"
+    path.write_bytes(bad)
+    files_before = {p: p.read_bytes() for p in path.parent.iterdir()}
+
+    store = JsonlMemoryStore(tmp_path / "store")
+    for call in (
+        lambda: store.list("ada", "persona"),
+        lambda: store.snapshot("ada"),
+        lambda: store.add("ada", PersonaMemory(topic="new", preference="p")),
+        lambda: store.add_many("ada", "persona", [PersonaMemory(topic="n", preference="p")] * 1),
+    ):
+        with pytest.raises(MemoryStoreCorruptionError, match=reason) as info:
+            call()
+        assert info.value.path == path
+        assert info.value.line == bad_line
+        assert f"{path}:{bad_line}" in str(info.value)
+    assert {p: p.read_bytes() for p in path.parent.iterdir()} == files_before
+    # Other banks of the same user and other users are unaffected.
+    store.add("ada", TrajectoryMemory(query="still fine"))
+    store.add("bob", PersonaMemory(topic="t", preference="p"))
+
+
+def test_a_bad_last_line_with_its_newline_is_corruption_not_a_torn_write(tmp_path: Path) -> None:
+    path, lines = make_bank(tmp_path / "store")
+    path.write_bytes(b"\n".join([*lines, b'{"id": "broken']) + b"\n")
+    with pytest.raises(MemoryStoreCorruptionError) as info:
+        JsonlMemoryStore(tmp_path / "store").list("ada", "persona")
+    assert info.value.line == 5
+
+
+@pytest.mark.parametrize(
+    ("header", "reason"),
+    [
+        (b"not json", "not valid JSON"),
+        (b'{"format": "something-else"}', "format"),
+        (b"", "header line is missing"),
+    ],
+)
+def test_a_bad_header_is_line_one(tmp_path: Path, header: bytes, reason: str) -> None:
+    path, lines = make_bank(tmp_path / "store")
+    path.write_bytes(header + b"\n" + b"\n".join(lines[1:]) + b"\n" if header else b"")
+    with pytest.raises(MemoryStoreCorruptionError, match=reason) as info:
+        JsonlMemoryStore(tmp_path / "store").list("ada", "persona")
+    assert info.value.line == 1
+
+
+def test_a_bank_copied_into_another_users_folder_is_detected(tmp_path: Path) -> None:
+    store = JsonlMemoryStore(tmp_path)
+    store.add("ada", PersonaMemory(topic="secret", preference="ada's"))
+    store.add("bob", TrajectoryMemory(query="q"))
+    (ada_bank,) = tmp_path.glob("users/ada-*/persona.jsonl")
+    (bob_folder,) = tmp_path.glob("users/bob-*")
+    (bob_folder / "persona.jsonl").write_bytes(ada_bank.read_bytes())
+    with pytest.raises(MemoryStoreCorruptionError, match="names user 'ada'"):
+        JsonlMemoryStore(tmp_path).list("bob", "persona")
+
+
+def test_a_corrupt_history_is_reported(tmp_path: Path) -> None:
+    store = JsonlMemoryStore(tmp_path)
+    record = store.add("ada", PersonaMemory(topic="t", preference="p"))
+    store.update("ada", "persona", record.id, PersonaMemory(topic="t", preference="q"))
+    (history,) = tmp_path.glob("users/*/persona.history.jsonl")
+    history.write_bytes(b"garbage\n" + history.read_bytes())
+    with pytest.raises(MemoryStoreCorruptionError, match="not valid JSON") as info:
+        store.history("ada", "persona", record.id)
+    assert (info.value.path, info.value.line) == (history, 1)
+
+
+def test_writes_resume_once_the_file_is_repaired(tmp_path: Path) -> None:
+    path, lines = make_bank(tmp_path / "store")
+    path.write_bytes(b"\n".join([*lines[:2], b"{oops", *lines[2:]]) + b"\n")
+    store = JsonlMemoryStore(tmp_path / "store")
+    with pytest.raises(MemoryStoreCorruptionError):
+        store.add("ada", PersonaMemory(topic="new", preference="p"))
+    path.write_bytes(b"\n".join(lines) + b"\n")  # a person removes the bad line
+    store.add("ada", PersonaMemory(topic="new", preference="p"))
+    assert len(store.list("ada", "persona")) == 4
+
+
+def test_corruption_appended_after_a_cached_view_is_caught_and_the_view_rebuilt(
+    tmp_path: Path,
+) -> None:
+    path, _ = make_bank(tmp_path / "store")
+    store = JsonlMemoryStore(tmp_path / "store")
+    assert len(store.list("ada", "persona")) == 3  # the view now ends at line 4
+    healthy = path.read_bytes()
+    with path.open("ab") as file:
+        file.write(b"{not json}\n")
+    for _ in range(2):  # the same answer twice: a failed refresh leaves no half-read view
+        with pytest.raises(MemoryStoreCorruptionError) as info:
+            store.list("ada", "persona")
+        assert info.value.line == 5
+    path.write_bytes(healthy)
+    assert len(store.list("ada", "persona")) == 3

@@ -1,0 +1,61 @@
+"""The exported surface is deliberate: adding or removing a name must be a visible change."""
+
+import subprocess
+import sys
+
+import autopersona_flows
+import autopersona_flows.errors
+import autopersona_flows.memory
+
+
+def test_top_level_surface() -> None:
+    assert autopersona_flows.__all__ == [
+        "LAYERS",
+        "AutopersonaError",
+        "DuplicateMemoryError",
+        "Embedding",
+        "InvalidUserIdError",
+        "JsonlMemoryStore",
+        "MemoryChange",
+        "MemoryLayer",
+        "MemoryNotFoundError",
+        "MemoryRecord",
+        "MemorySnapshot",
+        "MemoryStore",
+        "MemoryStoreCorruptionError",
+        "MemoryStoreError",
+        "PersonaMemory",
+        "RawTaskRecord",
+        "SnapshotError",
+        "TrajectoryMemory",
+        "WorkspaceMemory",
+        "__version__",
+    ]
+
+
+def test_every_exported_name_exists_once() -> None:
+    # The order itself is kept by ruff (RUF022: constants, classes, then functions).
+    for module in (autopersona_flows, autopersona_flows.memory, autopersona_flows.errors):
+        assert len(set(module.__all__)) == len(module.__all__)
+        for name in module.__all__:
+            assert hasattr(module, name), f"{module.__name__}.{name}"
+
+
+def test_errors_form_one_tree_and_refine_builtins() -> None:
+    from autopersona_flows import errors
+
+    for name in errors.__all__:
+        assert issubclass(getattr(errors, name), errors.AutopersonaError)
+    assert issubclass(errors.MemoryNotFoundError, KeyError)
+    assert issubclass(errors.InvalidUserIdError, ValueError)
+    assert issubclass(errors.SnapshotError, ValueError)
+
+
+def test_the_memory_layer_does_not_import_prefect() -> None:
+    code = (
+        "import sys, autopersona_flows.memory, autopersona_flows; print('prefect' in sys.modules)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "False"
