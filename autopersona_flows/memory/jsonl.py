@@ -178,7 +178,7 @@ class _Bank:
         """Hold this bank's lock; re-entrant within a thread."""
         with self._thread_lock:
             if self._depth == 0:
-                if exclusive:
+                if exclusive and not self.folder.is_dir():
                     self.folder.mkdir(parents=True, exist_ok=True)
                 self._lock_fd = lock_file(self.lock_path, exclusive=exclusive)
                 self._exclusive = exclusive

@@ -1,0 +1,368 @@
+"""Benchmark: the cost of one durable add as a persona bank grows.
+
+Run it as ``python benchmarks/store_bench.py`` (``--quick`` for a short smoke test).
+
+What is measured
+----------------
+*Ours* is `JsonlMemoryStore`: each ``add`` appends one line to the bank's JSONL log,
+flushes and fsyncs it. One user's persona bank is grown in a fresh temporary folder,
+one ``store.add(user, PersonaMemory(...))`` at a time, to each checkpoint size
+(1k, 10k and 100k records by default). At each checkpoint a sample of further
+single adds (``--sample``, 200 by default) is timed one by one with
+`time.perf_counter`; those adds count towards the growth. Only the ``add`` call is
+timed; building the `PersonaMemory` content is not.
+
+*Rewrite* is the baseline, `RewriteStore`: it mimics the reference runtime, which
+on every add loads the whole JSONL file of the bank, appends the new record and
+rewrites the whole file, then fsyncs it (the same durability as ours). Growing it
+by rewrite-adds would cost O(n^2), so its file is prefilled directly with the same
+shape of records and only a few rewrite-adds are timed at each size
+(``--rewrite-sample``, 20 by default, a quarter of that at 50k records and more).
+
+Finally ``add_many`` is timed once on a fresh bank (10k records in batches of 500
+by default) and its throughput printed beside the single-add throughput; this line
+is informative only.
+
+How to read it
+--------------
+The table gives, per bank size, the median and p95 cost of one of our adds in
+microseconds, the median cost of one rewrite-add, and their ratio. Our add should
+be dominated by the fsync and stay flat as the bank grows; the rewrite-add grows
+linearly with the bank. Two verdict lines follow:
+
+* ``ratio at 10k``: rewrite median / ours median at 10k records; the bar is > 50x.
+* ``flatness``: our median at the largest size / our median at the smallest size;
+  below 3 counts as flat.
+
+The exit code is 1 if either bar is missed, so the script doubles as a check. The
+numbers depend on the disk (fsync latency) of the machine that runs it, which is
+why only ratios are checked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from autopersona_flows.memory.jsonl import JsonlMemoryStore
+from autopersona_flows.memory.records import MemoryRecord, PersonaMemory
+
+USER = "bench-user"
+DEFAULT_SIZES = (1_000, 10_000, 100_000)
+QUICK_SIZES = (1_000, 10_000)
+RATIO_SIZE = 10_000
+RATIO_BAR = 50.0
+FLAT_BAR = 3.0
+LARGE_SIZE = 50_000  # from this size on, the rewrite sample is cut to a quarter
+
+_TOPICS = (
+    "citation style", "meeting times", "code review", "email tone", "travel", "diet",
+    "reading list", "writing voice", "deadlines", "notifications", "file naming",
+    "spreadsheet layout", "programming language", "test coverage", "slide decks",
+    "time zone", "budget reports", "summaries", "data privacy", "accessibility",
+)  # fmt: skip
+_WORDS = (
+    "prefers", "always", "never", "short", "detailed", "bullet", "points", "APA",
+    "morning", "afternoon", "async", "calls", "Python", "typed", "concise", "formal",
+    "friendly", "weekly", "digest", "drafts", "first", "then", "ask", "before", "sending",
+    "keep", "under", "one", "page", "with", "sources", "links", "metric", "units",
+    "dark", "mode", "plain", "text", "no", "emoji", "tables", "over", "prose", "CSV",
+)  # fmt: skip
+
+
+# -- content -------------------------------------------------------------------------------
+
+
+def _text(rng: random.Random, lo: int, hi: int, head: str = "") -> str:
+    """Words from the vocabulary, between ``lo`` and ``hi`` characters long."""
+    target = rng.randint(lo, hi)
+    text = head or rng.choice(_WORDS)
+    while len(text) < target:
+        text = f"{text} {rng.choice(_WORDS)}"
+    return text[:hi].rstrip()
+
+
+def persona_contents(seed: int) -> Iterator[PersonaMemory]:
+    """Yield an endless stream of small, varied persona memories (20-80 character fields)."""
+    rng = random.Random(seed)
+    n = 0
+    while True:
+        n += 1
+        yield PersonaMemory(
+            topic=_text(rng, 20, 40, f"{rng.choice(_TOPICS)} #{n}"),
+            preference=_text(rng, 20, 80),
+            strategy=_text(rng, 20, 80),
+        )
+
+
+# -- the baseline --------------------------------------------------------------------------
+
+
+class RewriteStore:
+    """The reference runtime's strategy: every add rewrites the whole bank file.
+
+    This mimics the reference runtime's whole-file rewrite. On each `add` it reads
+    the bank's entire JSONL file, parses every line, appends the new record,
+    serializes every record again and writes the whole file back, then fsyncs it
+    before returning: the same durability per add as `JsonlMemoryStore`. It is the
+    cheap variant of that strategy (orjson on plain dicts, no model validation, no
+    locks, an in-place rewrite rather than a temporary file and a rename), so the
+    ratio it yields is a lower bound.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.count = 0
+        self.path.touch()
+
+    def prefill(self, records: list[MemoryRecord]) -> None:
+        """Append ``records`` to the file directly, without the per-add rewrite."""
+        with self.path.open("ab") as file:
+            file.writelines(record.model_dump_json().encode() + b"\n" for record in records)
+        self.count += len(records)
+
+    def add(self, item: MemoryRecord | PersonaMemory) -> MemoryRecord:
+        """Load the whole bank, append ``item``, rewrite the file and fsync it."""
+        record = item if isinstance(item, MemoryRecord) else MemoryRecord(content=item)
+        entries: list[Any] = [orjson.loads(line) for line in self.path.read_bytes().splitlines()]
+        entries.append(record.model_dump(mode="json"))
+        data = b"".join(orjson.dumps(entry) + b"\n" for entry in entries)
+        fd = os.open(self.path, os.O_WRONLY | os.O_TRUNC)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self.count = len(entries)
+        return record
+
+
+# -- measuring -----------------------------------------------------------------------------
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q`` quantile (0-1) of ``values``, linearly interpolated."""
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q
+    low, high = math.floor(pos), math.ceil(pos)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def time_adds(
+    add: Callable[[PersonaMemory], object], contents: Iterator[PersonaMemory], n: int
+) -> list[float]:
+    """Run ``n`` adds, timing each call alone; return the costs in microseconds."""
+    costs = []
+    for _ in range(n):
+        content = next(contents)
+        start = time.perf_counter()
+        add(content)
+        costs.append((time.perf_counter() - start) * 1e6)
+    return costs
+
+
+@dataclass
+class Row:
+    size: int
+    ours: list[float]
+    rewrite: list[float]
+
+    @property
+    def ours_median(self) -> float:
+        return statistics.median(self.ours)
+
+    @property
+    def rewrite_median(self) -> float:
+        return statistics.median(self.rewrite)
+
+    @property
+    def ratio(self) -> float:
+        return self.rewrite_median / self.ours_median
+
+
+@dataclass
+class Growth:
+    """Single adds made to grow our bank: how many, and the time spent inside ``add``."""
+
+    adds: int = 0
+    seconds: float = 0.0
+    rows: list[Row] = field(default_factory=list)
+
+
+def progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def run(sizes: list[int], sample: int, rewrite_sample: int, seed: int, root: Path) -> Growth:
+    """Grow our bank and prefill the baseline to each size, timing a sample at each."""
+    store = JsonlMemoryStore(root / "ours")
+    baseline = RewriteStore(root / "rewrite.jsonl")
+    ours_contents = persona_contents(seed)
+    baseline_contents = persona_contents(seed + 1)
+    growth = Growth()
+    count = 0
+
+    def add(content: PersonaMemory) -> None:
+        store.add(USER, content)
+
+    for size in sizes:
+        progress(f"growing our bank from {count:,} to {size:,} records ...")
+        while count < size:
+            content = next(ours_contents)
+            start = time.perf_counter()
+            store.add(USER, content)
+            growth.seconds += time.perf_counter() - start
+            count += 1
+        ours = time_adds(add, ours_contents, sample)
+        count += sample
+        growth.adds = count
+        growth.seconds += sum(ours) / 1e6
+
+        missing = size - baseline.count
+        progress(f"prefilling the rewrite baseline with {missing:,} records ...")
+        baseline.prefill([MemoryRecord(content=next(baseline_contents)) for _ in range(missing)])
+        n = rewrite_sample if size < LARGE_SIZE else max(1, rewrite_sample // 4)
+        progress(f"timing {n} rewrite-adds at {size:,} records ...")
+        rewrite = time_adds(baseline.add, baseline_contents, n)
+        growth.rows.append(Row(size, ours, rewrite))
+
+    assert len(store.list(USER, "persona")) == count
+    return growth
+
+
+def add_many_rate(total: int, batch: int, seed: int, root: Path) -> float:
+    """Records per second stored by ``add_many`` into a fresh bank, in batches."""
+    store = JsonlMemoryStore(root / "batched")
+    contents = persona_contents(seed)
+    seconds = 0.0
+    for done in range(0, total, batch):
+        items = [next(contents) for _ in range(min(batch, total - done))]
+        start = time.perf_counter()
+        store.add_many(USER, "persona", items)
+        seconds += time.perf_counter() - start
+    assert len(store.list(USER, "persona")) == total
+    return total / seconds
+
+
+# -- report --------------------------------------------------------------------------------
+
+
+def report(growth: Growth, batched: float, batch_total: int, batch_size: int) -> int:
+    """Print the table and the verdicts; return the exit code."""
+    header = (
+        f"{'size':>9} | {'ours median µs':>14} | {'ours p95 µs':>11} | "
+        f"{'rewrite median µs':>17} | {'ratio':>7}"
+    )
+    print(header)
+    print("-" * len(header))
+    for row in growth.rows:
+        print(
+            f"{row.size:>9,} | {row.ours_median:>14,.0f} | {percentile(row.ours, 0.95):>11,.0f} | "
+            f"{row.rewrite_median:>17,.0f} | {row.ratio:>6,.0f}x"
+        )
+    print(
+        f"samples: ours {len(growth.rows[0].ours)} adds per size; rewrite "
+        + ", ".join(f"{len(row.rewrite)} at {row.size:,}" for row in growth.rows)
+    )
+    print()
+    single = growth.adds / growth.seconds
+    print(f"add, one at a time:  {single:>9,.0f} records/s ({growth.adds:,} adds)")
+    print(
+        f"add_many, by {batch_size}:    {batched:>9,.0f} records/s "
+        f"({batch_total:,} records; {batched / single:,.0f}x the single-add rate)"
+    )
+    print()
+
+    failed = False
+    by_size = {row.size: row for row in growth.rows}
+    if RATIO_SIZE in by_size:
+        ratio = by_size[RATIO_SIZE].ratio
+        ok = ratio > RATIO_BAR
+        failed |= not ok
+        verdict = "ok" if ok else "FAIL"
+        print(f"ratio at 10k: {ratio:,.0f}x (bar: > {RATIO_BAR:.0f}x) {verdict}")
+    else:
+        print("ratio at 10k: not measured (10000 is not among --sizes)")
+    first, last = growth.rows[0], growth.rows[-1]
+    if last.size > first.size:
+        flat = last.ours_median / first.ours_median
+        ok = flat < FLAT_BAR
+        failed |= not ok
+        verdict = "flat" if ok else "NOT flat"
+        print(
+            f"flatness: our median at {last.size:,} / at {first.size:,} = {flat:.2f} "
+            f"(bar: < {FLAT_BAR:.0f}) {verdict}"
+        )
+    return 1 if failed else 0
+
+
+def parse_sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a comma-separated list of integers: {text!r}"
+        ) from None
+    if not sizes or any(size <= 0 for size in sizes) or sizes != sorted(set(sizes)):
+        raise argparse.ArgumentTypeError("sizes must be positive and strictly increasing")
+    return sizes
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="Time one durable add as a persona bank grows, against a whole-file rewrite."
+    )
+    parser.add_argument(
+        "--sizes",
+        type=parse_sizes,
+        default=None,
+        help="comma-separated bank sizes (default: 1000,10000,100000)",
+    )
+    parser.add_argument("--sample", type=int, default=None, help="our timed adds per size (200)")
+    parser.add_argument(
+        "--rewrite-sample",
+        type=int,
+        default=None,
+        help=f"timed rewrite-adds per size (20; a quarter of it from {LARGE_SIZE:,} records)",
+    )
+    parser.add_argument(
+        "--batch-total", type=int, default=None, help="records stored by add_many (10000)"
+    )
+    parser.add_argument("--batch-size", type=int, default=500, help="add_many batch size (500)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the generated contents")
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke test: sizes 1000,10000 and small samples"
+    )
+    args = parser.parse_args(argv)
+
+    sizes = args.sizes or list(QUICK_SIZES if args.quick else DEFAULT_SIZES)
+    sample = args.sample or (50 if args.quick else 200)
+    rewrite_sample = args.rewrite_sample or (5 if args.quick else 20)
+    batch_total = args.batch_total or (2_000 if args.quick else 10_000)
+    if min(sample, rewrite_sample, batch_total, args.batch_size) < 1:
+        parser.error("samples, --batch-total and --batch-size must be positive")
+
+    with tempfile.TemporaryDirectory(prefix="store-bench-") as tmp:
+        root = Path(tmp)
+        growth = run(sizes, sample, rewrite_sample, args.seed, root)
+        progress(f"timing add_many: {batch_total:,} records in batches of {args.batch_size} ...")
+        batched = add_many_rate(batch_total, args.batch_size, args.seed + 2, root)
+    return report(growth, batched, batch_total, args.batch_size)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
