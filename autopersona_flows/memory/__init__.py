@@ -5,7 +5,7 @@ This package never imports Prefect, so ``import autopersona_flows.memory`` stays
 
 from autopersona_flows.memory.ids import new_memory_id
 from autopersona_flows.memory.jsonl import JsonlMemoryStore
-from autopersona_flows.memory.protocol import MemoryStore
+from autopersona_flows.memory.protocol import ChangeSet, MemoryStore
 from autopersona_flows.memory.records import (
     LAYERS,
     Embedding,
@@ -29,6 +29,7 @@ from autopersona_flows.memory.users import check_user_id
 
 __all__ = [
     "LAYERS",
+    "ChangeSet",
     "Embedding",
     "JsonValue",
     "JsonlMemoryStore",

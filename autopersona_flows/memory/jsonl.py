@@ -35,6 +35,7 @@ import builtins
 import os
 import secrets
 import threading
+from collections import deque
 from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime
@@ -66,6 +67,7 @@ from autopersona_flows.memory._files import (
     unlock_file,
     write_all,
 )
+from autopersona_flows.memory.protocol import ChangeSet
 from autopersona_flows.memory.records import (
     LAYERS,
     Embedding,
@@ -84,6 +86,7 @@ from autopersona_flows.memory.users import check_user_id, user_key
 __all__ = ["JsonlMemoryStore"]
 
 _STORE_FORMAT = "autopersona-jsonl-store"
+_CHANGE_LOG = 4096  # recent changes kept per bank view for incremental `changes` calls
 _BANK_FORMAT = "autopersona-memory-bank"
 _VERSION = 1
 
@@ -164,6 +167,11 @@ class _Bank:
 
     def _reset(self, generation: str | None = None) -> None:
         self.records: dict[str, MemoryRecord] = {}
+        # Change feed: every put or removal gets the next sequence number; a reset
+        # starts a new epoch, which tells `changes` callers to start over.
+        self.epoch = secrets.token_hex(4)
+        self.seq = 0
+        self.changed: deque[tuple[int, str]] = deque(maxlen=_CHANGE_LOG)
         self.generation = generation
         self.offset = 0  # end of the last complete entry
         self.lines = 0  # complete lines up to offset, header included
@@ -267,10 +275,11 @@ class _Bank:
             elif isinstance(entry, _Batch):
                 batch_size = entry.count
             elif isinstance(entry, _Delete):
-                if self.records.pop(entry.id, None) is None:
+                if entry.id not in self.records:
                     raise MemoryStoreCorruptionError(
                         self.path, line_no, f"deletes {entry.id!r}, which is not in the bank"
                     )
+                self.remove(entry.id)
                 self.entries += 1
             else:
                 self._commit([entry], 1)
@@ -282,8 +291,33 @@ class _Bank:
 
     def _commit(self, records: list[MemoryRecord], lines: int) -> None:
         for record in records:
-            self.records[record.id] = record
+            self.put(record)
         self.entries += lines
+
+    def put(self, record: MemoryRecord) -> None:
+        self.records[record.id] = record
+        self.seq += 1
+        self.changed.append((self.seq, record.id))
+
+    def remove(self, memory_id: str) -> None:
+        del self.records[memory_id]
+        self.seq += 1
+        self.changed.append((self.seq, memory_id))
+
+    def changes_since(self, cursor: str | None) -> ChangeSet:
+        now = f"{self.epoch}:{self.seq}"
+        epoch, _, seq_text = (cursor or "").partition(":")
+        since = int(seq_text) if epoch == self.epoch and seq_text.isdigit() else -1
+        oldest = self.changed[0][0] if self.changed else self.seq + 1
+        if since < 0 or since > self.seq or since < oldest - 1:
+            return ChangeSet(cursor=now, full=True, records=[*self.records.values()])
+        ids = {memory_id for seq, memory_id in self.changed if seq > since}
+        return ChangeSet(
+            cursor=now,
+            full=False,
+            records=[self.records[i] for i in ids if i in self.records],
+            deleted=[i for i in ids if i not in self.records],
+        )
 
     def require(self, memory_id: str) -> MemoryRecord:
         try:
@@ -341,8 +375,14 @@ class _Bank:
         finally:
             os.close(fd)
 
-    def rewrite(self, records: Iterable[MemoryRecord], *, create_store: Path) -> None:
-        """Replace the bank with exactly ``records`` under a new generation."""
+    def rewrite(
+        self, records: Iterable[MemoryRecord], *, create_store: Path, compacting: bool = False
+    ) -> None:
+        """Replace the bank with exactly ``records`` under a new generation.
+
+        A compaction keeps the same records, so this process's change feed goes on
+        uninterrupted; any other rewrite starts a new epoch.
+        """
         if self.generation is None:
             _ensure_store(create_store)
         records = list(records)
@@ -356,8 +396,12 @@ class _Bank:
         head = header.model_dump_json().encode() + b"\n"
         atomic_write(self.path, head + b"".join(_record_line(record) for record in records))
         stat = self.path.stat()
-        self._reset(header.generation)
-        self.records = {record.id: record for record in records}
+        if compacting:
+            self.generation = header.generation
+        else:
+            self._reset(header.generation)
+            for record in records:
+                self.put(record)
         self.offset = self.size = stat.st_size
         self.lines, self.entries = 1 + len(records), len(records)
         self.stat_key = (stat.st_ino, stat.st_dev, stat.st_size, stat.st_mtime_ns)
@@ -371,7 +415,7 @@ class _Bank:
     def maybe_compact(self, min_dead: int, *, create_store: Path) -> None:
         dead = self.entries - len(self.records)
         if dead > max(min_dead, len(self.records)):
-            self.rewrite(self.records.values(), create_store=create_store)
+            self.rewrite(self.records.values(), create_store=create_store, compacting=True)
 
 
 def _ensure_store(root: Path) -> None:
@@ -468,7 +512,7 @@ class JsonlMemoryStore:
                     f"user {user_id!r} already has a {record.layer} memory with id {record.id!r}"
                 )
             bank.append(_record_line(record), 1, create_store=self.root)
-            bank.records[record.id] = record
+            bank.put(record)
         return record
 
     def add_many(
@@ -494,7 +538,7 @@ class JsonlMemoryStore:
                 lines = _json.dumps({"op": "batch", "count": len(records)}) + b"\n" + lines
             bank.append(lines, len(records) + (len(records) > 1), create_store=self.root)
             for record in records:
-                bank.records[record.id] = record
+                bank.put(record)
         return records
 
     def get(self, user_id: str, layer: MemoryLayer, memory_id: str) -> MemoryRecord:
@@ -535,7 +579,7 @@ class JsonlMemoryStore:
                 MemoryChange(operation="update", at=now, before=before, after=after)
             )
             bank.append(_record_line(after), 1, create_store=self.root)
-            bank.records[memory_id] = after
+            bank.put(after)
         return after
 
     def delete(self, user_id: str, layer: MemoryLayer, memory_id: str) -> MemoryRecord:
@@ -546,8 +590,13 @@ class JsonlMemoryStore:
             bank.append_history(MemoryChange(operation="delete", at=now, before=before))
             tombstone = _Delete(op="delete", id=memory_id, at=now)
             bank.append(tombstone.model_dump_json().encode() + b"\n", 1, create_store=self.root)
-            del bank.records[memory_id]
+            bank.remove(memory_id)
         return before
+
+    def changes(self, user_id: str, layer: MemoryLayer, since: str | None = None) -> ChangeSet:
+        """Return what changed in a bank since ``since``; see `MemoryStore.changes`."""
+        with self._read(user_id, layer) as bank:
+            return bank.changes_since(since)
 
     def history(
         self, user_id: str, layer: MemoryLayer, memory_id: str

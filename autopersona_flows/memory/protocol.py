@@ -4,12 +4,31 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Iterable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from autopersona_flows.memory.records import Embedding, LayerContent, MemoryLayer, MemoryRecord
 from autopersona_flows.memory.snapshots import MemoryChange, MemorySnapshot
 
-__all__ = ["MemoryStore"]
+__all__ = ["ChangeSet", "MemoryStore"]
+
+
+@dataclass(frozen=True)
+class ChangeSet:
+    """What changed in one bank since a cursor: the feed that keeps indexes current.
+
+    Attributes:
+        cursor: Pass it to the next `MemoryStore.changes` call.
+        full: The caller must start over: ``records`` is then the whole bank.
+        records: Added or updated records, current versions (all records if ``full``).
+        deleted: Ids of removed records (empty if ``full``).
+    """
+
+    cursor: str
+    full: bool
+    records: list[MemoryRecord]
+    deleted: list[str] = field(default_factory=list)
 
 
 @runtime_checkable
@@ -100,6 +119,24 @@ class MemoryStore(Protocol):
         self, user_id: str, layer: MemoryLayer, memory_id: str
     ) -> builtins.list[MemoryChange]:
         """Return the superseded and deleted versions of a record, oldest first."""
+        ...
+
+    def changes(self, user_id: str, layer: MemoryLayer, since: str | None = None) -> ChangeSet:
+        """Return what changed in a bank since the cursor ``since``.
+
+        With ``since=None``, an unknown or expired cursor, or after the bank was
+        replaced wholesale, the result is ``full``. Otherwise it holds only the
+        records added, updated or deleted since, so an index stays current at the
+        cost of the changes, not of the bank.
+        """
+        ...
+
+    def locked(self, user_id: str, layer: MemoryLayer) -> AbstractContextManager[None]:
+        """Hold a bank's write lock across several calls (read, decide, write).
+
+        Calls on the same bank from this thread inside the block reuse the lock;
+        other threads and processes wait until the block ends.
+        """
         ...
 
     def users(self) -> builtins.list[str]:

@@ -248,3 +248,34 @@ def test_files_are_created_with_a_header_atomically(
     names = sorted(p.name for p in folder.iterdir())
     assert names == ["persona.jsonl", "persona.lock"]
     assert orjson.loads((store_root / "store.json").read_bytes())["version"] == 1
+
+
+def test_changes_feed_is_incremental_and_survives_compaction(
+    store: JsonlMemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(JsonlMemoryStore, "compact_min_dead", 4)
+    start = store.changes("ada", "persona")
+    assert (start.full, start.records) == (True, [])
+    a = store.add("ada", PersonaMemory(topic="a", preference="1"))
+    b = store.add("ada", PersonaMemory(topic="b", preference="1"))
+    first = store.changes("ada", "persona", start.cursor)
+    assert {r.id for r in first.records} == {a.id, b.id}
+    nothing = store.changes("ada", "persona", first.cursor)
+    assert (nothing.full, nothing.records, nothing.deleted) == (False, [], [])
+
+    for i in range(10):  # enough churn to compact the file several times
+        a = store.update("ada", "persona", a.id, PersonaMemory(topic="a", preference=str(i)))
+    store.delete("ada", "persona", b.id)
+    after = store.changes("ada", "persona", first.cursor)
+    assert after.full is False  # this process's own compactions keep the feed going
+    assert (after.records, after.deleted) == ([a], [b.id])
+
+
+def test_changes_start_over_for_unknown_cursors_and_other_views(store: JsonlMemoryStore) -> None:
+    a = store.add("ada", PersonaMemory(topic="a", preference="1"))
+    cursor = store.changes("ada", "persona").cursor
+    assert store.changes("ada", "persona", "bogus").full
+    other = JsonlMemoryStore(store.root)
+    resumed = other.changes("ada", "persona", cursor)  # another process's cursor means nothing here
+    assert (resumed.full, resumed.records) == (True, [a])
+    assert store.changes("bob", "persona", cursor).records == []
