@@ -4,12 +4,17 @@ Every error the library raises on purpose derives from `AutopersonaError`, and
 each also inherits the builtin it refines, so ``except ValueError`` keeps working::
 
     AutopersonaError
-    └── MemoryStoreError
-        ├── InvalidUserIdError (ValueError)
-        ├── MemoryNotFoundError (KeyError)
-        ├── DuplicateMemoryError (ValueError)
-        ├── MemoryStoreCorruptionError
-        └── SnapshotError (ValueError)
+    ├── MemoryStoreError
+    │   ├── InvalidUserIdError (ValueError)
+    │   ├── MemoryNotFoundError (KeyError)
+    │   ├── DuplicateMemoryError (ValueError)
+    │   ├── MemoryStoreCorruptionError
+    │   └── SnapshotError (ValueError)
+    ├── EmbedderError (ValueError)
+    │   └── EmbeddingMismatchError
+    ├── RetrievalError (ValueError)
+    ├── ResolverError (ValueError)
+    └── IngestionError (ValueError)
 
 Invalid record contents raise pydantic's `ValidationError` (a `ValueError`),
 which names every offending field.
@@ -22,10 +27,15 @@ from pathlib import Path
 __all__ = [
     "AutopersonaError",
     "DuplicateMemoryError",
+    "EmbedderError",
+    "EmbeddingMismatchError",
+    "IngestionError",
     "InvalidUserIdError",
     "MemoryNotFoundError",
     "MemoryStoreCorruptionError",
     "MemoryStoreError",
+    "ResolverError",
+    "RetrievalError",
     "SnapshotError",
 ]
 
@@ -84,3 +94,26 @@ class MemoryStoreCorruptionError(MemoryStoreError):
 
 class SnapshotError(MemoryStoreError, ValueError):
     """A snapshot cannot be exported, read or restored as asked."""
+
+
+class EmbedderError(AutopersonaError, ValueError):
+    """An embedder is missing, misconfigured, or returned vectors of the wrong shape."""
+
+
+class EmbeddingMismatchError(EmbedderError):
+    """Stored embeddings were made by another embedder (or another dimension).
+
+    Re-embed the store with ``autopersona reindex STORE --embedder NAME``.
+    """
+
+
+class RetrievalError(AutopersonaError, ValueError):
+    """A retrieval was asked with invalid arguments (layer, top_k, threshold)."""
+
+
+class ResolverError(AutopersonaError, ValueError):
+    """An update resolver returned a decision that cannot be applied; nothing was written."""
+
+
+class IngestionError(AutopersonaError, ValueError):
+    """A task-history file or record cannot be ingested; the message names the field."""

@@ -679,7 +679,7 @@ def _as_record(
     if isinstance(item, MemoryRecord):
         record = item
     elif isinstance(item, TrajectoryMemory | WorkspaceMemory | PersonaMemory):
-        record = MemoryRecord(content=item)
+        record = MemoryRecord.of(item)
     else:
         raise TypeError(
             f"{where}expected a MemoryRecord or a layer content model "

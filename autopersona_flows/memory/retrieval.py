@@ -1,0 +1,264 @@
+"""Retrieval per layer: the memories most relevant to a set of searches.
+
+`MemoryRetriever` scores each memory by a blend of embedding cosine and BM25 (see
+`Scoring` for what a score means), over an in-memory index per (user, layer)
+that follows the store's change feed: a write is visible to the very next
+retrieval, and a retrieval embeds only its queries, never the bank.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from typing import Annotated, Any
+
+import numpy as np
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from autopersona_flows.errors import RetrievalError
+from autopersona_flows.memory.embedders import Embedder, HashingEmbedder, check_vectors
+from autopersona_flows.memory.index import BankIndex, Scoring, content_digest
+from autopersona_flows.memory.protocol import MemoryStore
+from autopersona_flows.memory.records import LAYERS, LayerContent, MemoryLayer, MemoryRecord
+from autopersona_flows.memory.users import check_user_id
+
+__all__ = ["MemoryBundle", "MemoryRetriever", "ScoredMemory", "Scoring", "SearchRequest"]
+
+
+def _text(value: str) -> str:
+    value.encode("utf-8")  # a lone surrogate fails here, with the position
+    return value
+
+
+class SearchRequest(BaseModel):
+    """One search: a query text against one layer.
+
+    Attributes:
+        layer: The layer to search.
+        query: What to look for.
+    """
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    layer: MemoryLayer
+    query: Annotated[str, AfterValidator(_text)]
+
+
+class ScoredMemory(BaseModel):
+    """A retrieved memory, its score in [0, 1], and the search that found it.
+
+    Attributes:
+        record: The memory.
+        score: Higher is more relevant; see `Scoring` for the formula.
+        search: The search that found it.
+    """
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    record: MemoryRecord
+    score: Annotated[float, Field(ge=0.0, le=1.0)]
+    search: SearchRequest
+
+
+class MemoryBundle(BaseModel):
+    """The result of one retrieval: per layer, the memories found, best first.
+
+    Attributes:
+        trajectory: Past requests.
+        workspace: Workspace state.
+        persona: Preferences and constraints.
+    """
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    trajectory: list[ScoredMemory] = Field(default_factory=list)
+    workspace: list[ScoredMemory] = Field(default_factory=list)
+    persona: list[ScoredMemory] = Field(default_factory=list)
+
+    def layer(self, layer: MemoryLayer) -> list[ScoredMemory]:
+        """Return the memories found in ``layer``, best first."""
+        if layer not in LAYERS:
+            raise RetrievalError(f"unknown memory layer {layer!r}; expected one of {LAYERS}")
+        return getattr(self, layer)
+
+    def __iter__(self) -> Iterator[ScoredMemory]:  # type: ignore[override]
+        """Iterate over every memory found, layer by layer (`LAYERS` order)."""
+        for layer in LAYERS:
+            yield from getattr(self, layer)
+
+    def __len__(self) -> int:
+        return sum(len(getattr(self, layer)) for layer in LAYERS)
+
+
+def check_top_k(top_k: Any) -> int:
+    """Return ``top_k`` if it is a positive int (not a bool); else raise `RetrievalError`."""
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise RetrievalError(f"top_k must be a positive int, got {top_k!r}")
+    return top_k
+
+
+def check_min_similarity(min_similarity: Any) -> float:
+    """Return ``min_similarity`` if it is a finite number in [0, 1]; else raise."""
+    if (
+        isinstance(min_similarity, bool)
+        or not isinstance(min_similarity, int | float)
+        or not math.isfinite(min_similarity)
+        or not 0.0 <= min_similarity <= 1.0
+    ):
+        raise RetrievalError(f"min_similarity must be a number in [0, 1], got {min_similarity!r}")
+    return float(min_similarity)
+
+
+class MemoryRetriever:
+    """Finds the memories of one user most relevant to a set of searches.
+
+    Args:
+        store: Where the memories live.
+        embedder: Embeds the queries; must be the embedder the store was written
+            with (`EmbeddingMismatchError` otherwise). Defaults to `HashingEmbedder`.
+        scoring: How dense and lexical evidence combine; see `Scoring`.
+        max_cached_banks: How many (user, layer) indexes to keep in memory; the
+            least recently used is dropped beyond that and rebuilt when needed.
+    """
+
+    def __init__(
+        self,
+        store: MemoryStore,
+        embedder: Embedder | None = None,
+        *,
+        scoring: Scoring | None = None,
+        max_cached_banks: int = 1024,
+    ) -> None:
+        self.store = store
+        self.embedder = embedder if embedder is not None else HashingEmbedder()
+        self.scoring = scoring if scoring is not None else Scoring()
+        self.max_cached_banks = max_cached_banks
+        self._indexes: OrderedDict[tuple[str, str], tuple[threading.Lock, BankIndex]] = (
+            OrderedDict()
+        )
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"MemoryRetriever({self.store!r}, {self.embedder!r})"
+
+    def retrieve(
+        self,
+        user_id: str,
+        searches: Sequence[SearchRequest],
+        top_k: int = 3,
+        min_similarity: float = 0.0,
+    ) -> MemoryBundle:
+        """Run ``searches`` over the user's bank and return what they found.
+
+        Each search contributes up to ``top_k`` memories of its layer scoring at
+        least ``min_similarity`` (and above zero: a memory sharing nothing with the
+        query is never returned). A memory already found by an earlier search of
+        the same call is skipped and the next one taken instead, so duplicates
+        never crowd out results.
+
+        Raises:
+            RetrievalError: If ``top_k`` or ``min_similarity`` is invalid or a
+                search is not a `SearchRequest`.
+            EmbeddingMismatchError: If the bank was embedded by another embedder.
+        """
+        check_user_id(user_id)
+        top_k = check_top_k(top_k)
+        min_similarity = check_min_similarity(min_similarity)
+        searches = list(searches)
+        for i, search in enumerate(searches):
+            if not isinstance(search, SearchRequest):
+                raise RetrievalError(f"searches[{i}] must be a SearchRequest, got {search!r}")
+        if not searches:
+            return MemoryBundle()
+        queries = [search.query for search in searches]
+        vectors = check_vectors(self.embedder, queries, self.embedder.embed(queries))
+        found: dict[str, list[ScoredMemory]] = {layer: [] for layer in LAYERS}
+        for layer in dict.fromkeys(search.layer for search in searches):
+            taken: set[str] = set()
+            with self._index(user_id, layer) as index:
+                for search, vector in zip(searches, vectors, strict=True):
+                    if search.layer == layer:
+                        found[layer] += self._top(
+                            index, search, vector, top_k, min_similarity, taken
+                        )
+            found[layer].sort(key=lambda scored: -scored.score)
+        return MemoryBundle(**found)
+
+    def find_exact(
+        self, user_id: str, layer: MemoryLayer, content: LayerContent
+    ) -> MemoryRecord | None:
+        """Return the user's memory in ``layer`` whose content equals ``content``, if any."""
+        with self._index(user_id, layer) as index:
+            memory_id = index.digests.get(content_digest(content))
+            return None if memory_id is None else index.records[index.rows[memory_id]]
+
+    @staticmethod
+    def _top(
+        index: BankIndex,
+        search: SearchRequest,
+        *,
+        vector: np.ndarray,
+        top_k: int,
+        min_similarity: float,
+        taken: set[str],
+    ) -> list[ScoredMemory]:
+        scores = index.scores(search.query, vector)
+        wanted = min(len(scores), top_k + len(taken))
+        if not wanted:
+            return []
+        best = np.argpartition(-scores, wanted - 1)[:wanted]
+        results = []
+        for row in best[np.argsort(-scores[best], kind="stable")]:
+            score = float(scores[row])
+            if score <= 0.0 or score < min_similarity or len(results) == top_k:
+                break
+            record = index.records[row]
+            if record is None or record.id in taken:
+                continue
+            taken.add(record.id)
+            results.append(ScoredMemory(record=record, score=min(score, 1.0), search=search))
+        return results
+
+    def _index(self, user_id: str, layer: MemoryLayer) -> _HeldIndex:
+        key = (user_id, layer)
+        with self._lock:
+            entry = self._indexes.get(key)
+            if entry is None:
+                entry = self._indexes[key] = (
+                    threading.Lock(),
+                    BankIndex(self.embedder, self.scoring),
+                )
+                while len(self._indexes) > self.max_cached_banks:
+                    self._indexes.popitem(last=False)
+            else:
+                self._indexes.move_to_end(key)
+        return _HeldIndex(self.store, user_id, layer, *entry)
+
+
+class _HeldIndex:
+    """Locks an index and brings it up to date with the store for the block."""
+
+    def __init__(
+        self,
+        store: MemoryStore,
+        user_id: str,
+        layer: MemoryLayer,
+        lock: threading.Lock,
+        index: BankIndex,
+    ) -> None:
+        self._store, self._user_id, self._layer = store, user_id, layer
+        self._lock, self._index = lock, index
+
+    def __enter__(self) -> BankIndex:
+        self._lock.acquire()
+        try:
+            self._index.apply(self._store.changes(self._user_id, self._layer, self._index.cursor))
+        except BaseException:
+            self._lock.release()
+            raise
+        return self._index
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
