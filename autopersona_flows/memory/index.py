@@ -28,10 +28,11 @@ __all__ = ["BankIndex", "Scoring"]
 class Scoring:
     """How dense and lexical evidence combine into one score in [0, 1].
 
-    ``score = dense_weight * max(cosine, 0) + (1 - dense_weight) * bm25 / bm25_max``,
-    where ``bm25_max`` is the most BM25 could give this query (every query term at
-    full saturation), so the lexical part is the share of the query's term weight
-    that the memory matches, and the score means the same from one bank to the next.
+    ``score = dense_weight * max(cosine, 0) + (1 - dense_weight) * min(1, bm25 / bm25_ref)``,
+    where ``bm25_ref`` is what BM25 gives a memory of average length holding every
+    query term once (the sum of the terms' idf). The lexical part is thus the share
+    of the query's term weight a memory covers: a memory repeating the query scores
+    about 1, one sharing no term 0, and a threshold means the same in every bank.
 
     Attributes:
         dense_weight: Weight of the embedding cosine; the rest goes to BM25.
@@ -197,17 +198,17 @@ class BankIndex:
         live = len(self.rows)
         average = self._total_length / live or 1.0
         scores = np.zeros(n, dtype=np.float32)
-        ceiling = 0.0
+        reference = 0.0
         for term in set(terms(query)):
             df = self._df.get(term, 0)
             idf = math.log(1 + (live - df + 0.5) / (df + 0.5))
-            ceiling += idf * (k1 + 1)
+            reference += idf
             if not df:
                 continue
             rows, tf = self._posting_arrays(term)
             norm = k1 * (1 - b + b * self._lengths[rows] / average)
             scores[rows] += idf * tf * (k1 + 1) / (tf + norm)
-        return scores / ceiling if ceiling else scores
+        return np.minimum(scores / reference, 1.0) if reference else scores
 
     def _posting_arrays(self, term: str) -> tuple[np.ndarray, np.ndarray]:
         arrays = self._arrays.get(term)

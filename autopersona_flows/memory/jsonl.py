@@ -78,6 +78,7 @@ from autopersona_flows.memory.records import (
     TrajectoryMemory,
     UtcDatetime,
     WorkspaceMemory,
+    as_content,
     content_type,
 )
 from autopersona_flows.memory.snapshots import MemoryChange, MemorySnapshot
@@ -561,7 +562,7 @@ class JsonlMemoryStore:
         embedding: Embedding | None = None,
     ) -> MemoryRecord:
         """Replace a record's content; see `MemoryStore.update`."""
-        content = _as_content(content, layer)
+        content = as_content(content, layer)
         with self._write(user_id, layer) as bank:
             before = bank.require(memory_id)
             now = max(_now(), before.created_at)
@@ -688,15 +689,3 @@ def _as_record(
     if layer is not None and record.layer != layer:
         raise ValueError(f"{where}is a {record.layer} memory, but the batch is for {layer!r}")
     return record
-
-
-def _as_content(content: LayerContent | dict[str, Any], layer: MemoryLayer) -> LayerContent:
-    expected = content_type(layer)
-    if isinstance(content, dict):
-        return expected.model_validate(content)
-    if not isinstance(content, expected):
-        raise TypeError(
-            f"a {layer} memory's content must be a {expected.__name__}, "
-            f"got {type(content).__name__}"
-        )
-    return content

@@ -37,6 +37,7 @@ __all__ = [
     "RawTaskRecord",
     "TrajectoryMemory",
     "WorkspaceMemory",
+    "as_content",
     "content_type",
 ]
 
@@ -181,6 +182,24 @@ def content_type(layer: MemoryLayer) -> type[LayerContent]:
         return _CONTENT_TYPES[layer]
     except (KeyError, TypeError):
         raise ValueError(f"unknown memory layer {layer!r}; expected one of {LAYERS}") from None
+
+
+def as_content(content: LayerContent | dict[str, Any], layer: MemoryLayer) -> LayerContent:
+    """Return ``content`` as ``layer``'s content model, validating a dict.
+
+    Raises:
+        TypeError: If ``content`` is a model of another layer.
+        pydantic.ValidationError: If a dict is not valid content of ``layer``.
+    """
+    expected = content_type(layer)
+    if isinstance(content, dict):
+        return expected.model_validate(content)
+    if not isinstance(content, expected):
+        raise TypeError(
+            f"a {layer} memory's content must be a {expected.__name__}, "
+            f"got {type(content).__name__}"
+        )
+    return content
 
 
 def _datetime_or_iso(value: Any) -> Any:

@@ -181,7 +181,12 @@ class MemoryRetriever:
                 for search, vector in zip(searches, vectors, strict=True):
                     if search.layer == layer:
                         found[layer] += self._top(
-                            index, search, vector, top_k, min_similarity, taken
+                            index,
+                            search,
+                            vector=vector,
+                            top_k=top_k,
+                            min_similarity=min_similarity,
+                            taken=taken,
                         )
             found[layer].sort(key=lambda scored: -scored.score)
         return MemoryBundle(**found)
@@ -238,7 +243,12 @@ class MemoryRetriever:
 
 
 class _HeldIndex:
-    """Locks an index and brings it up to date with the store for the block."""
+    """Locks an index and brings it up to date with the store for the block.
+
+    The store is read *before* the index lock is taken: a caller may already hold
+    the bank's lock (`MemoryStore.locked`, as the updater does) and then want the
+    index, so holding the index lock while waiting for the bank would deadlock.
+    """
 
     def __init__(
         self,
@@ -252,9 +262,15 @@ class _HeldIndex:
         self._lock, self._index = lock, index
 
     def __enter__(self) -> BankIndex:
-        self._lock.acquire()
+        while True:
+            cursor = self._index.cursor
+            changes = self._store.changes(self._user_id, self._layer, cursor)
+            self._lock.acquire()
+            if self._index.cursor == cursor:
+                break
+            self._lock.release()  # another thread applied changes meanwhile: read again
         try:
-            self._index.apply(self._store.changes(self._user_id, self._layer, self._index.cursor))
+            self._index.apply(changes)
         except BaseException:
             self._lock.release()
             raise

@@ -29,13 +29,13 @@ def test_every_user_stays_inside_the_root_and_alone(tmp_path: Path, ids: list[st
     root = tmp_path / f"store-{abs(hash(tuple(ids)))}"
     store = JsonlMemoryStore(root)
     for user_id in ids:
-        store.add(user_id, PersonaMemory(topic="owner", preference=user_id))
+        store.add(user_id, PersonaMemory(topic="owner", preference=f"id:{user_id}"))
     for path in root.rglob("*"):
         assert path.resolve().is_relative_to(root.resolve())
     assert sorted(store.users()) == sorted(ids)
     for user_id in ids:
         (memory,) = store.list(user_id, "persona")
-        assert memory.content.preference == user_id
+        assert memory.content.preference == f"id:{user_id}"
 
 
 @pytest.mark.parametrize(

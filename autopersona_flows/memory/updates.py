@@ -1,0 +1,305 @@
+"""Memory updates: resolve new information against what is stored.
+
+`MemoryUpdater.update` retrieves the memories most similar to the new content,
+asks a `Resolver` whether to add it, update or delete one of them, or do nothing,
+checks the answer, and applies it, all under the bank's lock. The guards do not
+trust the resolver (an LLM, typically), and every one of them comes from a bug
+seen in the wild:
+
+- an exact duplicate is a no-op without asking the resolver;
+- a ``target_id`` must be one of the candidates the resolver was shown;
+- an unknown operation, an update without content, or content of another layer
+  is a `ResolverError`, and nothing is written;
+- a delete never loses the new information: the contradicted memory moves to the
+  change history and the new content is stored in its place.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from autopersona_flows.errors import ResolverError
+from autopersona_flows.memory.embedders import Embedder, HashingEmbedder, check_vectors
+from autopersona_flows.memory.protocol import MemoryStore
+from autopersona_flows.memory.records import (
+    Embedding,
+    LayerContent,
+    MemoryLayer,
+    MemoryRecord,
+    PersonaMemory,
+    as_content,
+)
+from autopersona_flows.memory.retrieval import (
+    MemoryRetriever,
+    ScoredMemory,
+    SearchRequest,
+    check_top_k,
+)
+from autopersona_flows.memory.text import memory_text
+from autopersona_flows.memory.users import check_user_id
+
+__all__ = [
+    "FunctionResolver",
+    "HeuristicResolver",
+    "MemoryUpdater",
+    "Resolver",
+    "UpdateDecision",
+    "embed_records",
+]
+
+Operation = Literal["add", "update", "delete", "noop"]
+
+
+class UpdateDecision(BaseModel):
+    """What to do with new content, and (after `MemoryUpdater.update`) what was done.
+
+    Attributes:
+        operation: ``add`` it as a new memory; ``update`` the target with it;
+            ``delete`` the target it contradicts (the new content is stored too);
+            ``noop``: it is already known.
+        target_id: The candidate updated, deleted, or duplicated (by noop).
+        content: The resulting content: required for ``update``; for ``add`` and
+            ``delete`` it defaults to the new content.
+        reason: Why, in a few words (shown in logs and UIs).
+        record: Set by the updater: the memory now holding the information (the
+            added or updated record, or the existing one for a noop).
+    """
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    operation: Operation
+    target_id: str | None = None
+    content: LayerContent | None = None
+    reason: str = ""
+    record: MemoryRecord | None = None
+
+
+@runtime_checkable
+class Resolver(Protocol):
+    """Decides how new content relates to the most similar stored memories.
+
+    Contract: return an `UpdateDecision` (or a dict that validates as one) whose
+    ``target_id``, if any, is the id of one of ``candidates``. ``candidates`` are
+    the user's memories of ``layer`` most similar to ``new_content``, best first.
+    """
+
+    def __call__(
+        self, layer: MemoryLayer, new_content: LayerContent, candidates: list[ScoredMemory]
+    ) -> UpdateDecision:
+        """Decide what to do with ``new_content``."""
+        ...
+
+
+class FunctionResolver:
+    """Adapt a callable ``(layer, new_content, candidates) -> UpdateDecision | dict``."""
+
+    def __init__(self, fn: Callable[[MemoryLayer, LayerContent, list[ScoredMemory]], Any]) -> None:
+        self._fn = fn
+
+    def __repr__(self) -> str:
+        return f"FunctionResolver({self._fn!r})"
+
+    def __call__(
+        self, layer: MemoryLayer, new_content: LayerContent, candidates: list[ScoredMemory]
+    ) -> UpdateDecision:
+        """Call the function; `MemoryUpdater` validates what it returns."""
+        return self._fn(layer, new_content, candidates)
+
+
+def _normalised(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip().casefold()
+
+
+class HeuristicResolver:
+    """The default resolver, with no LLM.
+
+    - A persona memory with the same topic (ignoring case and spacing) and the same
+      preference is a noop; with a different preference it is updated: the newest
+      preference wins and the old one goes to the change history.
+    - Otherwise a candidate scoring at least ``duplicate_threshold`` makes it a
+      noop (a near duplicate).
+    - Otherwise the content is added.
+
+    Args:
+        duplicate_threshold: Retrieval score (see `Scoring`) from which a candidate
+            counts as saying the same thing.
+    """
+
+    def __init__(self, duplicate_threshold: float = 0.9) -> None:
+        if not 0.0 < duplicate_threshold <= 1.0:
+            raise ValueError(f"duplicate_threshold must lie in (0, 1], got {duplicate_threshold}")
+        self.duplicate_threshold = duplicate_threshold
+
+    def __repr__(self) -> str:
+        return f"HeuristicResolver(duplicate_threshold={self.duplicate_threshold})"
+
+    def __call__(
+        self, layer: MemoryLayer, new_content: LayerContent, candidates: list[ScoredMemory]
+    ) -> UpdateDecision:
+        """Decide by topic for persona memories, by score for everything."""
+        if isinstance(new_content, PersonaMemory):
+            topic = _normalised(new_content.topic)
+            for candidate in candidates:
+                old = candidate.record.content
+                if isinstance(old, PersonaMemory) and _normalised(old.topic) == topic:
+                    if _normalised(old.preference) == _normalised(new_content.preference):
+                        return UpdateDecision(
+                            operation="noop",
+                            target_id=candidate.record.id,
+                            reason="same preference",
+                        )
+                    return UpdateDecision(
+                        operation="update",
+                        target_id=candidate.record.id,
+                        content=new_content,
+                        reason=f"newer preference for {new_content.topic!r}",
+                    )
+        if candidates and candidates[0].score >= self.duplicate_threshold:
+            return UpdateDecision(
+                operation="noop",
+                target_id=candidates[0].record.id,
+                reason=f"near duplicate (score {candidates[0].score:.2f})",
+            )
+        return UpdateDecision(operation="add", reason="new information")
+
+
+def embed_records(
+    embedder: Embedder, contents: Sequence[LayerContent], **fields: Any
+) -> list[MemoryRecord]:
+    """Wrap contents in new records carrying their embeddings (one `embed` call)."""
+    texts = [memory_text(content) for content in contents]
+    vectors = check_vectors(embedder, texts, embedder.embed(texts)) if texts else []
+    return [
+        MemoryRecord.of(content, embedding=Embedding.of(embedder.name, vector), **fields)
+        for content, vector in zip(contents, vectors, strict=True)
+    ]
+
+
+class MemoryUpdater:
+    """Writes new information into a bank through a resolver and its guards.
+
+    Args:
+        store: The memory store.
+        embedder: Embeds what is written; must be the store's embedder.
+        resolver: Decides add / update / delete / noop; `HeuristicResolver` by default.
+        top_k: How many similar memories the resolver is shown.
+        retriever: The retriever to find candidates with; one over ``store`` and
+            ``embedder`` is made if not given (share one to share its indexes).
+    """
+
+    def __init__(
+        self,
+        store: MemoryStore,
+        embedder: Embedder | None = None,
+        resolver: Resolver | Callable[..., Any] | None = None,
+        top_k: int = 3,
+        *,
+        retriever: MemoryRetriever | None = None,
+    ) -> None:
+        self.store = store
+        self.embedder = embedder or (retriever.embedder if retriever else HashingEmbedder())
+        self.resolver = resolver if resolver is not None else HeuristicResolver()
+        self.top_k = check_top_k(top_k)
+        self.retriever = retriever or MemoryRetriever(store, self.embedder)
+        if self.retriever.embedder.name != self.embedder.name:
+            raise ValueError(
+                f"the retriever embeds with {self.retriever.embedder.name!r}, "
+                f"the updater with {self.embedder.name!r}: they must be the same"
+            )
+
+    def __repr__(self) -> str:
+        return f"MemoryUpdater({self.store!r}, {self.embedder!r}, {self.resolver!r})"
+
+    def add(self, user_id: str, content: LayerContent) -> MemoryRecord:
+        """Store content as a new memory with its embedding, without resolving it."""
+        (record,) = embed_records(self.embedder, [content])
+        return self.store.add(user_id, record)
+
+    def update(
+        self, user_id: str, layer: MemoryLayer, content: LayerContent | dict[str, Any]
+    ) -> UpdateDecision:
+        """Resolve ``content`` against the user's ``layer`` and apply the decision.
+
+        Returns:
+            The decision as applied, with ``record`` set to the memory that now
+            holds the information.
+
+        Raises:
+            ResolverError: If the resolver's decision is invalid; nothing is written.
+        """
+        check_user_id(user_id)
+        content = as_content(content, layer)
+        with self.store.locked(user_id, layer):
+            existing = self.retriever.find_exact(user_id, layer, content)
+            if existing is not None:
+                return UpdateDecision(
+                    operation="noop",
+                    target_id=existing.id,
+                    reason="exact duplicate",
+                    record=existing,
+                )
+            search = SearchRequest(layer=layer, query=memory_text(content))
+            candidates = self.retriever.retrieve(user_id, [search], top_k=self.top_k).layer(layer)
+            decision = self._checked(layer, content, candidates)
+            return self._apply(user_id, layer, content, decision, candidates)
+
+    def _checked(
+        self, layer: MemoryLayer, content: LayerContent, candidates: list[ScoredMemory]
+    ) -> UpdateDecision:
+        answer = self.resolver(layer, content, list(candidates))
+        if isinstance(answer, dict):
+            try:
+                if isinstance(answer.get("content"), dict):  # e.g. parsed from an LLM's JSON
+                    answer = {**answer, "content": as_content(answer["content"], layer)}
+                answer = UpdateDecision.model_validate(answer)
+            except ValidationError as exc:
+                raise ResolverError(f"the resolver returned an invalid decision:\n{exc}") from exc
+        if not isinstance(answer, UpdateDecision):
+            raise ResolverError(
+                f"the resolver must return an UpdateDecision, got {type(answer).__name__}"
+            )
+        shown = [candidate.record.id for candidate in candidates]
+        if answer.operation in ("update", "delete") and answer.target_id is None:
+            raise ResolverError(f"a {answer.operation} decision needs a target_id")
+        if answer.operation == "add" and answer.target_id is not None:
+            raise ResolverError("an add decision takes no target_id")
+        if answer.target_id is not None and answer.target_id not in shown:
+            raise ResolverError(
+                f"target_id {answer.target_id!r} is not one of the candidates shown {shown}"
+            )
+        if answer.operation == "update" and answer.content is None:
+            raise ResolverError("an update decision must carry the resulting content")
+        if answer.content is not None and answer.content.layer != layer:
+            raise ResolverError(
+                f"the decision's content is a {answer.content.layer} memory, not {layer}"
+            )
+        return answer
+
+    def _apply(
+        self,
+        user_id: str,
+        layer: MemoryLayer,
+        content: LayerContent,
+        decision: UpdateDecision,
+        candidates: list[ScoredMemory],
+    ) -> UpdateDecision:
+        result = decision.content or content
+        if decision.operation == "noop":
+            target = next((c.record for c in candidates if c.record.id == decision.target_id), None)
+            return decision.model_copy(update={"record": target})
+        if decision.operation == "update":
+            assert decision.target_id is not None  # checked above
+            (embedded,) = embed_records(self.embedder, [result])
+            record = self.store.update(
+                user_id, layer, decision.target_id, result, embedding=embedded.embedding
+            )
+        else:
+            if decision.operation == "delete":
+                assert decision.target_id is not None  # checked above
+                self.store.delete(user_id, layer, decision.target_id)
+            record = self.add(user_id, result)
+        return decision.model_copy(update={"content": result, "record": record})
