@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
 from autopersona_flows.errors import AutopersonaError, SnapshotError
+from autopersona_flows.memory.embedders import get_embedder
+from autopersona_flows.memory.ingestion import ingest_task_history, read_task_records
 from autopersona_flows.memory.jsonl import JsonlMemoryStore
+from autopersona_flows.memory.reindex import reindex_user
 from autopersona_flows.memory.snapshots import MemorySnapshot, read_snapshot, write_snapshot
+from autopersona_flows.memory.updates import MemoryUpdater
 
 __all__ = ["export_snapshot", "import_snapshot", "main"]
 
@@ -86,6 +91,35 @@ def _cmd_import(args: argparse.Namespace) -> None:
     print(f"fingerprint sha256:{snapshot.fingerprint}")
 
 
+def _cmd_ingest(args: argparse.Namespace) -> None:
+    path = Path(args.file)
+    try:
+        with path.open("rb") as file:
+            # Validate the whole file first: a bad line near the end must not leave
+            # half of the file ingested.
+            records = list(read_task_records(file, path))
+    except OSError as exc:
+        raise AutopersonaError(f"cannot read {path}: {exc.strerror}") from exc
+    store = JsonlMemoryStore(args.store)
+    updater = MemoryUpdater(store, get_embedder(args.embedder))
+    totals: Counter[str] = Counter()
+    step = max(1, len(records) // 20)
+    for done, record in enumerate(records, start=1):
+        totals.update(ingest_task_history(store, updater, record).counts())
+        if len(records) >= 100 and (done % step == 0 or done == len(records)):
+            print(f"  {done}/{len(records)} tasks ({100 * done // len(records)}%)", file=sys.stderr)
+    summary = ", ".join(f"{key} {count}" for key, count in sorted(totals.items())) or "nothing"
+    print(f"ingested {len(records)} tasks into {args.store}: {summary}")
+
+
+def _cmd_reindex(args: argparse.Namespace) -> None:
+    store = _existing_store(args.store)
+    embedder = get_embedder(args.embedder)
+    users = [args.user] if args.user is not None else store.users()
+    changed = sum(reindex_user(store, user_id, embedder) for user_id in users)
+    print(f"re-embedded {changed} memories of {len(users)} users with {embedder.name}")
+
+
 def _cmd_users(args: argparse.Namespace) -> None:
     for user_id in _existing_store(args.store).users():
         print(user_id)
@@ -97,6 +131,9 @@ def _cmd_verify(args: argparse.Namespace) -> None:
     for user_id in users:
         store.snapshot(user_id)  # parses every line of every bank
     print(f"ok: {len(users)} users, every bank readable")
+
+
+_EMBEDDER_HELP = "hashing (default), minilm, or package.module:attr"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -118,6 +155,18 @@ def _parser() -> argparse.ArgumentParser:
         "--replace", action="store_true", help="overwrite the user's existing memories"
     )
     restore.set_defaults(run=_cmd_import)
+
+    ingest = commands.add_parser("ingest", help="ingest a JSONL file of completed tasks")
+    ingest.add_argument("store", help="the store's folder (created if missing)")
+    ingest.add_argument("file", help="one RawTaskRecord JSON object a line")
+    ingest.add_argument("--embedder", default="hashing", help=_EMBEDDER_HELP)
+    ingest.set_defaults(run=_cmd_ingest)
+
+    reindex = commands.add_parser("reindex", help="re-embed memories made by another embedder")
+    reindex.add_argument("store", help="the store's folder")
+    reindex.add_argument("--embedder", default="hashing", help=_EMBEDDER_HELP)
+    reindex.add_argument("--user", help="only this user (default: every user)")
+    reindex.set_defaults(run=_cmd_reindex)
 
     users = commands.add_parser("users", help="list the users of a store")
     users.add_argument("store", help="the store's folder")

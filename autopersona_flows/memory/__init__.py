@@ -3,8 +3,31 @@
 This package never imports Prefect, so ``import autopersona_flows.memory`` stays fast.
 """
 
+from autopersona_flows.memory.embedders import (
+    Embedder,
+    FunctionEmbedder,
+    HashingEmbedder,
+    MiniLMEmbedder,
+    get_embedder,
+)
 from autopersona_flows.memory.ids import new_memory_id
+from autopersona_flows.memory.index import Scoring
+from autopersona_flows.memory.ingestion import (
+    IngestionResult,
+    ingest_task_history,
+    read_task_records,
+    refine_persona,
+    refine_trajectory,
+    refine_workspace,
+)
 from autopersona_flows.memory.jsonl import JsonlMemoryStore
+from autopersona_flows.memory.persona2web import (
+    Persona2WebCase,
+    PersonaQuery,
+    history_to_raw_tasks,
+    load_persona2web,
+    query_to_persona_request,
+)
 from autopersona_flows.memory.protocol import ChangeSet, MemoryStore
 from autopersona_flows.memory.records import (
     LAYERS,
@@ -17,7 +40,15 @@ from autopersona_flows.memory.records import (
     RawTaskRecord,
     TrajectoryMemory,
     WorkspaceMemory,
+    as_content,
     content_type,
+)
+from autopersona_flows.memory.reindex import reindex_user
+from autopersona_flows.memory.retrieval import (
+    MemoryBundle,
+    MemoryRetriever,
+    ScoredMemory,
+    SearchRequest,
 )
 from autopersona_flows.memory.snapshots import (
     MemoryChange,
@@ -25,27 +56,63 @@ from autopersona_flows.memory.snapshots import (
     read_snapshot,
     write_snapshot,
 )
+from autopersona_flows.memory.updates import (
+    FunctionResolver,
+    HeuristicResolver,
+    MemoryUpdater,
+    Resolver,
+    UpdateDecision,
+    embed_records,
+)
 from autopersona_flows.memory.users import check_user_id
 
 __all__ = [
     "LAYERS",
     "ChangeSet",
+    "Embedder",
     "Embedding",
+    "FunctionEmbedder",
+    "FunctionResolver",
+    "HashingEmbedder",
+    "HeuristicResolver",
+    "IngestionResult",
     "JsonValue",
     "JsonlMemoryStore",
     "LayerContent",
+    "MemoryBundle",
     "MemoryChange",
     "MemoryLayer",
     "MemoryRecord",
+    "MemoryRetriever",
     "MemorySnapshot",
-    "MemoryStore",
+    "MemoryUpdater",
+    "MiniLMEmbedder",
+    "Persona2WebCase",
     "PersonaMemory",
+    "PersonaQuery",
     "RawTaskRecord",
+    "Resolver",
+    "ScoredMemory",
+    "Scoring",
+    "SearchRequest",
     "TrajectoryMemory",
+    "UpdateDecision",
     "WorkspaceMemory",
+    "as_content",
     "check_user_id",
     "content_type",
+    "embed_records",
+    "get_embedder",
+    "history_to_raw_tasks",
+    "ingest_task_history",
+    "load_persona2web",
     "new_memory_id",
+    "query_to_persona_request",
     "read_snapshot",
+    "read_task_records",
+    "refine_persona",
+    "refine_trajectory",
+    "refine_workspace",
+    "reindex_user",
     "write_snapshot",
 ]

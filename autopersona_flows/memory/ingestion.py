@@ -1,0 +1,117 @@
+"""Ingestion: completed tasks into the three layers of a user's bank."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from autopersona_flows.errors import IngestionError
+from autopersona_flows.memory.protocol import MemoryStore
+from autopersona_flows.memory.records import (
+    PersonaMemory,
+    RawTaskRecord,
+    TrajectoryMemory,
+    WorkspaceMemory,
+)
+from autopersona_flows.memory.updates import MemoryUpdater, UpdateDecision
+
+__all__ = [
+    "IngestionResult",
+    "ingest_task_history",
+    "read_task_records",
+    "refine_persona",
+    "refine_trajectory",
+    "refine_workspace",
+]
+
+
+def refine_trajectory(record: RawTaskRecord) -> TrajectoryMemory:
+    """The request, its key actions, outcome and insight."""
+    return TrajectoryMemory(
+        query=record.query, trace=record.trace, outcome=record.outcome, insight=record.insight
+    )
+
+
+def refine_workspace(record: RawTaskRecord) -> WorkspaceMemory | None:
+    """The task's workspace state and interactions, or ``None`` if it recorded none."""
+    if record.task is None and not record.interaction and record.state is None:
+        return None
+    return WorkspaceMemory(task=record.task, interaction=record.interaction, state=record.state)
+
+
+def refine_persona(record: RawTaskRecord) -> list[PersonaMemory]:
+    """The preferences and constraints the task revealed."""
+    return list(record.persona)
+
+
+class IngestionResult(BaseModel):
+    """What ingesting one task did, layer by layer.
+
+    Attributes:
+        user_id: Whose bank it went into.
+        operations: Every operation in order: the trajectory's ``add``, then the
+            workspace and persona items as their updates resolved them. Each
+            decision's ``record`` is the memory now holding that information.
+    """
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    user_id: str
+    operations: list[UpdateDecision] = Field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        """Count operations as ``"layer:operation"``, e.g. ``{"persona:update": 1}``."""
+        return dict(
+            Counter(
+                f"{decision.record.layer if decision.record else '?'}:{decision.operation}"
+                for decision in self.operations
+            )
+        )
+
+
+def ingest_task_history(
+    store: MemoryStore, updater: MemoryUpdater, record: RawTaskRecord
+) -> IngestionResult:
+    """Store one completed task: its trajectory as is, the rest through the updater.
+
+    Args:
+        store: The store to write to; must be the updater's store.
+        updater: Resolves workspace and persona items against the bank (so a
+            repeated preference is a no-op and a changed one an update).
+        record: The task.
+
+    Raises:
+        ValueError: If ``updater`` writes to another store.
+    """
+    if updater.store is not store:
+        raise ValueError("the updater writes to another store than the one given")
+    trajectory = updater.add(record.user_id, refine_trajectory(record))
+    operations = [UpdateDecision(operation="add", reason="task trajectory", record=trajectory)]
+    workspace = refine_workspace(record)
+    if workspace is not None:
+        operations.append(updater.update(record.user_id, "workspace", workspace))
+    operations += [updater.update(record.user_id, "persona", p) for p in refine_persona(record)]
+    return IngestionResult(user_id=record.user_id, operations=operations)
+
+
+def read_task_records(lines: Iterable[bytes], source: str | Path) -> Iterator[RawTaskRecord]:
+    """Parse JSONL lines into task records, validating each.
+
+    Raises:
+        IngestionError: At the first line that is not valid JSON or not a valid
+            `RawTaskRecord`, naming ``source``, the line and the field.
+    """
+    for line_no, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            yield RawTaskRecord.model_validate_json(line)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(map(str, error['loc'])) or 'line'}: {error['msg']}"
+                for error in exc.errors()
+            )
+            raise IngestionError(f"{source}:{line_no}: {problems}") from None
