@@ -135,7 +135,7 @@ class RewriteStore:
 
     def add(self, item: MemoryRecord | PersonaMemory) -> MemoryRecord:
         """Load the whole bank, append ``item``, rewrite the file and fsync it."""
-        record = item if isinstance(item, MemoryRecord) else MemoryRecord(content=item)
+        record = item if isinstance(item, MemoryRecord) else MemoryRecord.of(item)
         entries: list[Any] = [orjson.loads(line) for line in self.path.read_bytes().splitlines()]
         entries.append(record.model_dump(mode="json"))
         data = b"".join(orjson.dumps(entry) + b"\n" for entry in entries)
@@ -234,7 +234,7 @@ def run(sizes: list[int], sample: int, rewrite_sample: int, seed: int, root: Pat
 
         missing = size - baseline.count
         progress(f"prefilling the rewrite baseline with {missing:,} records ...")
-        baseline.prefill([MemoryRecord(content=next(baseline_contents)) for _ in range(missing)])
+        baseline.prefill([MemoryRecord.of(next(baseline_contents)) for _ in range(missing)])
         n = rewrite_sample if size < LARGE_SIZE else max(1, rewrite_sample // 4)
         progress(f"timing {n} rewrite-adds at {size:,} records ...")
         rewrite = time_adds(baseline.add, baseline_contents, n)

@@ -85,6 +85,7 @@ __all__ = [
     "MemoryRecord",
     "MemoryRetriever",
     "MemorySnapshot",
+    "MemoryStore",
     "MemoryUpdater",
     "MiniLMEmbedder",
     "Persona2WebCase",

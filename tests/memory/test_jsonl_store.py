@@ -71,7 +71,7 @@ def test_file_is_plain_utf8_jsonl(store: JsonlMemoryStore, store_root: Path) -> 
 
 
 def test_add_many_keeps_order_and_accepts_records_or_contents(store: JsonlMemoryStore) -> None:
-    explicit = MemoryRecord(content=PersonaMemory(topic="a", preference="1"))
+    explicit = MemoryRecord.of(PersonaMemory(topic="a", preference="1"))
     added = store.add_many("ada", "persona", [PersonaMemory(topic="b", preference="2"), explicit])
     assert added[1] == explicit
     assert [m.content.topic for m in store.list("ada", "persona")] == ["b", "a"]
@@ -90,7 +90,7 @@ def test_add_many_rejects_other_layers_and_duplicates_without_writing(
         )
     with pytest.raises(DuplicateMemoryError, match="already stored"):
         store.add_many("ada", "persona", [PersonaMemory(topic="c", preference="3"), existing])
-    twice = MemoryRecord(content=PersonaMemory(topic="d", preference="4"))
+    twice = MemoryRecord.of(PersonaMemory(topic="d", preference="4"))
     with pytest.raises(DuplicateMemoryError, match="twice"):
         store.add_many("ada", "persona", [twice, twice])
     with pytest.raises(TypeError, match="got dict"):
@@ -110,9 +110,9 @@ def test_add_rejects_a_duplicate_id(store: JsonlMemoryStore) -> None:
 def test_update_keeps_identity_and_records_history(store: JsonlMemoryStore) -> None:
     first = store.add(
         "ada",
-        MemoryRecord(
+        MemoryRecord.of(
             content=PersonaMemory(topic="tone", preference="formal"),
-            embedding=Embedding(model="m", dim=1, vector=[1.0]),
+            embedding=Embedding.of("m", [1.0]),
         ),
     )
     other = store.add("ada", PersonaMemory(topic="length", preference="short"))
@@ -152,7 +152,7 @@ def test_delete_removes_and_keeps_history(store: JsonlMemoryStore) -> None:
 
 def test_unknown_ids_are_typed_not_found_errors(store: JsonlMemoryStore) -> None:
     store.add("ada", PersonaMemory(topic="t", preference="p"))
-    missing = MemoryRecord(content=PersonaMemory(topic="t", preference="p")).id
+    missing = MemoryRecord.of(PersonaMemory(topic="t", preference="p")).id
     for call in (
         lambda: store.get("ada", "persona", missing),
         lambda: store.update("ada", "persona", missing, PersonaMemory(topic="t", preference="q")),

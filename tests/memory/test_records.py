@@ -1,7 +1,10 @@
 """Strict validation of the record models: nothing is coerced, bad values are named."""
 
+import base64
 from datetime import UTC, datetime, timedelta, timezone
 
+import numpy as np
+import orjson
 import pytest
 from pydantic import ValidationError
 
@@ -16,8 +19,8 @@ from autopersona_flows import (
 from autopersona_flows.memory import content_type, new_memory_id
 
 
-def test_layer_is_taken_from_content() -> None:
-    record = MemoryRecord(content=PersonaMemory(topic="tone", preference="terse"))
+def test_of_takes_the_layer_from_the_content() -> None:
+    record = MemoryRecord.of(PersonaMemory(topic="tone", preference="terse"))
     assert record.layer == "persona"
     assert record.updated_at == record.created_at
     assert record.created_at.tzinfo is UTC
@@ -103,11 +106,11 @@ def test_json_values_round_trip_exactly() -> None:
 def test_timestamps_must_be_aware_and_are_normalised_to_utc() -> None:
     content = PersonaMemory(topic="t", preference="p")
     with pytest.raises(ValidationError, match="timezone-aware"):
-        MemoryRecord(content=content, created_at=datetime(2026, 1, 1))
+        MemoryRecord.of(content, created_at=datetime(2026, 1, 1))
     with pytest.raises(ValidationError, match="ISO 8601"):
-        MemoryRecord(content=content, created_at=1_700_000_000)
+        MemoryRecord.of(content, created_at=1_700_000_000)
     plus_two = timezone(timedelta(hours=2))
-    record = MemoryRecord(content=content, created_at=datetime(2026, 1, 1, 2, tzinfo=plus_two))
+    record = MemoryRecord.of(content, created_at=datetime(2026, 1, 1, 2, tzinfo=plus_two))
     assert record.created_at == datetime(2026, 1, 1, tzinfo=UTC)
     assert record.created_at.utcoffset() == timedelta(0)
 
@@ -115,7 +118,7 @@ def test_timestamps_must_be_aware_and_are_normalised_to_utc() -> None:
 def test_updated_before_created_is_rejected() -> None:
     now = datetime.now(UTC)
     with pytest.raises(ValidationError, match="earlier than created_at"):
-        MemoryRecord(
+        MemoryRecord.of(
             content=PersonaMemory(topic="t", preference="p"),
             created_at=now,
             updated_at=now - timedelta(seconds=1),
@@ -127,21 +130,37 @@ def test_ids_are_unique_sortable_and_validated() -> None:
     assert len(set(ids)) == len(ids)
     assert ids == sorted(ids)
     with pytest.raises(ValidationError, match="not a memory id"):
-        MemoryRecord(id="../../etc", content=PersonaMemory(topic="t", preference="p"))
+        MemoryRecord.of(PersonaMemory(topic="t", preference="p"), id="../../etc")
 
 
 def test_records_are_immutable() -> None:
-    record = MemoryRecord(content=PersonaMemory(topic="t", preference="p"))
+    record = MemoryRecord.of(PersonaMemory(topic="t", preference="p"))
     with pytest.raises(ValidationError, match="frozen"):
         record.layer = "trajectory"  # type: ignore[misc]
 
 
 def test_embedding_must_match_its_dimension_and_be_finite() -> None:
-    assert Embedding(model="hash", dim=2, vector=[0.5, -1.0]).dim == 2
+    embedding = Embedding.of("hash", [0.5, -1.0])
+    assert (embedding.dim, embedding.array().tolist()) == (2, [0.5, -1.0])
     with pytest.raises(ValidationError, match="3 values, dim says 2"):
-        Embedding(model="hash", dim=2, vector=[1.0, 2.0, 3.0])
+        Embedding(model="hash", dim=2, vector=np.ones(3, "<f4").tobytes())
     with pytest.raises(ValidationError, match="finite"):
-        Embedding(model="hash", dim=1, vector=[float("nan")])
+        Embedding.of("hash", [float("nan")])
+    with pytest.raises(ValidationError, match="model"):
+        Embedding.of("", [1.0])
+    with pytest.raises(ValueError, match="one vector"):
+        Embedding.of("hash", [[1.0]])
+
+
+def test_embedding_is_base64_float32_in_json() -> None:
+    embedding = Embedding.of("hash", [0.1, 2.0, -3.5])
+    data = orjson.loads(embedding.model_dump_json())
+    assert data == {
+        "model": "hash",
+        "dim": 3,
+        "vector": base64.b64encode(np.array([0.1, 2.0, -3.5], "<f4").tobytes()).decode(),
+    }
+    assert Embedding.model_validate_json(embedding.model_dump_json()) == embedding
 
 
 def test_record_json_round_trip_for_each_layer() -> None:
@@ -150,9 +169,7 @@ def test_record_json_round_trip_for_each_layer() -> None:
         WorkspaceMemory(task={"k": "v"}, interaction=[1], state="done"),
         PersonaMemory(topic="tone", preference="terse", strategy="no preamble"),
     ):
-        record = MemoryRecord(
-            content=content, embedding=Embedding(model="m", dim=2, vector=[0.25, 1.0])
-        )
+        record = MemoryRecord.of(content=content, embedding=Embedding.of("m", [0.25, 1.0]))
         assert MemoryRecord.model_validate_json(record.model_dump_json()) == record
 
 
