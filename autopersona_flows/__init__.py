@@ -1,31 +1,47 @@
 """autopersona-flows: personalized memory for Prefect 3 workflows.
 
 The memory layer is importable without Prefect; the Prefect integration lives in
-``autopersona_flows.flows``.
+``autopersona_flows.flows``. Everything here is also in the subpackage that
+defines it (``autopersona_flows.memory``), along with less common names.
 """
 
 from autopersona_flows.errors import (
     AutopersonaError,
     DuplicateMemoryError,
+    EmbedderError,
+    EmbeddingMismatchError,
+    IngestionError,
     InvalidUserIdError,
     MemoryNotFoundError,
     MemoryStoreCorruptionError,
     MemoryStoreError,
+    ResolverError,
+    RetrievalError,
     SnapshotError,
 )
 from autopersona_flows.memory import (
     LAYERS,
+    Embedder,
     Embedding,
+    HashingEmbedder,
     JsonlMemoryStore,
+    MemoryBundle,
     MemoryChange,
     MemoryLayer,
     MemoryRecord,
+    MemoryRetriever,
     MemorySnapshot,
     MemoryStore,
+    MemoryUpdater,
     PersonaMemory,
     RawTaskRecord,
+    Resolver,
+    ScoredMemory,
+    SearchRequest,
     TrajectoryMemory,
+    UpdateDecision,
     WorkspaceMemory,
+    ingest_task_history,
 )
 
 __version__ = "0.1.0"
@@ -34,21 +50,36 @@ __all__ = [
     "LAYERS",
     "AutopersonaError",
     "DuplicateMemoryError",
+    "Embedder",
+    "EmbedderError",
     "Embedding",
+    "EmbeddingMismatchError",
+    "HashingEmbedder",
+    "IngestionError",
     "InvalidUserIdError",
     "JsonlMemoryStore",
+    "MemoryBundle",
     "MemoryChange",
     "MemoryLayer",
     "MemoryNotFoundError",
     "MemoryRecord",
+    "MemoryRetriever",
     "MemorySnapshot",
     "MemoryStore",
     "MemoryStoreCorruptionError",
     "MemoryStoreError",
+    "MemoryUpdater",
     "PersonaMemory",
     "RawTaskRecord",
+    "Resolver",
+    "ResolverError",
+    "RetrievalError",
+    "ScoredMemory",
+    "SearchRequest",
     "SnapshotError",
     "TrajectoryMemory",
+    "UpdateDecision",
     "WorkspaceMemory",
     "__version__",
+    "ingest_task_history",
 ]

@@ -13,23 +13,38 @@ def test_top_level_surface() -> None:
         "LAYERS",
         "AutopersonaError",
         "DuplicateMemoryError",
+        "Embedder",
+        "EmbedderError",
         "Embedding",
+        "EmbeddingMismatchError",
+        "HashingEmbedder",
+        "IngestionError",
         "InvalidUserIdError",
         "JsonlMemoryStore",
+        "MemoryBundle",
         "MemoryChange",
         "MemoryLayer",
         "MemoryNotFoundError",
         "MemoryRecord",
+        "MemoryRetriever",
         "MemorySnapshot",
         "MemoryStore",
         "MemoryStoreCorruptionError",
         "MemoryStoreError",
+        "MemoryUpdater",
         "PersonaMemory",
         "RawTaskRecord",
+        "Resolver",
+        "ResolverError",
+        "RetrievalError",
+        "ScoredMemory",
+        "SearchRequest",
         "SnapshotError",
         "TrajectoryMemory",
+        "UpdateDecision",
         "WorkspaceMemory",
         "__version__",
+        "ingest_task_history",
     ]
 
 
@@ -49,6 +64,8 @@ def test_errors_form_one_tree_and_refine_builtins() -> None:
     assert issubclass(errors.MemoryNotFoundError, KeyError)
     assert issubclass(errors.InvalidUserIdError, ValueError)
     assert issubclass(errors.SnapshotError, ValueError)
+    assert issubclass(errors.EmbeddingMismatchError, errors.EmbedderError)
+    assert issubclass(errors.ResolverError, ValueError)
 
 
 def test_the_memory_layer_does_not_import_prefect() -> None:

@@ -186,7 +186,8 @@ class MemoryUpdater:
         store: The memory store.
         embedder: Embeds what is written; must be the store's embedder.
         resolver: Decides add / update / delete / noop; `HeuristicResolver` by default.
-        top_k: How many similar memories the resolver is shown.
+        top_k: How many similar memories each search contributes to what the
+            resolver is shown (persona content searches by full text and by topic).
         retriever: The retriever to find candidates with; one over ``store`` and
             ``embedder`` is made if not given (share one to share its indexes).
     """
@@ -242,8 +243,13 @@ class MemoryUpdater:
                     reason="exact duplicate",
                     record=existing,
                 )
-            search = SearchRequest(layer=layer, query=memory_text(content))
-            candidates = self.retriever.retrieve(user_id, [search], top_k=self.top_k).layer(layer)
+            searches = [SearchRequest(layer=layer, query=memory_text(content))]
+            if isinstance(content, PersonaMemory):
+                # The topic alone finds the preference this one may replace even when
+                # the full text ranks other memories higher.
+                searches.append(SearchRequest(layer=layer, query=content.topic))
+            bundle = self.retriever.retrieve(user_id, searches, top_k=self.top_k)
+            candidates = bundle.layer(layer)
             decision = self._checked(layer, content, candidates)
             return self._apply(user_id, layer, content, decision, candidates)
 

@@ -1,0 +1,289 @@
+"""Retrieval per layer: relevance, dedup, thresholds, fill-up, freshness and isolation."""
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from autopersona_flows import (
+    EmbeddingMismatchError,
+    JsonlMemoryStore,
+    PersonaMemory,
+    RetrievalError,
+    TrajectoryMemory,
+    WorkspaceMemory,
+)
+from autopersona_flows.memory import (
+    FunctionEmbedder,
+    HashingEmbedder,
+    MemoryRetriever,
+    MemoryUpdater,
+    Scoring,
+    SearchRequest,
+    embed_records,
+)
+
+
+class CountingEmbedder:
+    """The default embedder, counting every text it is asked to embed."""
+
+    def __init__(self) -> None:
+        self.inner = HashingEmbedder()
+        self.name, self.dim = self.inner.name, self.inner.dim
+        self.texts: list[str] = []
+
+    def embed(self, texts):
+        self.texts += texts
+        return self.inner.embed(texts)
+
+
+PREFERENCES = [
+    PersonaMemory(topic="citation style", preference="APA 7", strategy="format references in APA"),
+    PersonaMemory(topic="tone", preference="terse, no preamble"),
+    PersonaMemory(topic="summary length", preference="under 500 words"),
+    PersonaMemory(topic="programming language", preference="Python with type hints"),
+    PersonaMemory(topic="meeting times", preference="mornings only, never Fridays"),
+]
+
+
+def search(query: str, layer: str = "persona") -> SearchRequest:
+    return SearchRequest(layer=layer, query=query)
+
+
+@pytest.fixture
+def seeded(store: JsonlMemoryStore) -> JsonlMemoryStore:
+    store.add_many("ada", "persona", embed_records(HashingEmbedder(), PREFERENCES))
+    store.add_many(
+        "ada",
+        "trajectory",
+        embed_records(
+            HashingEmbedder(),
+            [
+                TrajectoryMemory(
+                    query="format the bibliography", insight="she checks every citation"
+                ),
+                TrajectoryMemory(query="plan the offsite", trace=["book rooms"], outcome="booked"),
+            ],
+        ),
+    )
+    store.add("ada", WorkspaceMemory(state={"draft": "paper/citations.bib"}))
+    return store
+
+
+def test_finds_the_relevant_memory_first(seeded: JsonlMemoryStore) -> None:
+    bundle = MemoryRetriever(seeded).retrieve("ada", [search("Which citation style do I use?")])
+    assert bundle.persona[0].record.content.topic == "citation style"
+    assert bundle.persona[0].search.query == "Which citation style do I use?"
+    assert all(0.0 < m.score <= 1.0 for m in bundle)
+    assert [m.score for m in bundle.persona] == sorted(
+        (m.score for m in bundle.persona), reverse=True
+    )
+
+
+def test_layers_are_searched_separately(seeded: JsonlMemoryStore) -> None:
+    bundle = MemoryRetriever(seeded).retrieve(
+        "ada",
+        [
+            search("citation", "persona"),
+            search("citation", "trajectory"),
+            search("citations", "workspace"),
+        ],
+        top_k=5,
+    )
+    assert {m.record.layer for m in bundle.persona} == {"persona"}
+    assert bundle.trajectory[0].record.content.query == "format the bibliography"
+    assert [m.record.layer for m in bundle.workspace] == ["workspace"]
+    assert len(bundle) == len(bundle.persona) + len(bundle.trajectory) + len(bundle.workspace)
+
+
+def test_top_k_applies_per_search_and_results_are_deduplicated_and_filled_up(
+    seeded: JsonlMemoryStore,
+) -> None:
+    retriever = MemoryRetriever(seeded)
+    same = [search("citation style"), search("citation style APA")]
+    bundle = retriever.retrieve("ada", same, top_k=1)
+    ids = [m.record.id for m in bundle.persona]
+    assert len(ids) == 2  # each search contributes its best new memory
+    assert len(set(ids)) == 2  # the second search did not return the first one's find
+    assert bundle.persona[0].record.content.topic == "citation style"
+    assert bundle.persona[0].search == same[0]
+
+
+def test_min_similarity_drops_weak_matches(seeded: JsonlMemoryStore) -> None:
+    retriever = MemoryRetriever(seeded)
+    everything = retriever.retrieve("ada", [search("citation style tone")], top_k=5)
+    assert len(everything.persona) >= 2
+    cut = (everything.persona[0].score + everything.persona[1].score) / 2
+    strict = retriever.retrieve("ada", [search("citation style tone")], top_k=5, min_similarity=cut)
+    assert [m.record.id for m in strict.persona] == [everything.persona[0].record.id]
+    assert retriever.retrieve("ada", [search("citation")], min_similarity=1.0).persona == []
+
+
+def test_a_memory_sharing_nothing_with_the_query_is_not_returned(store: JsonlMemoryStore) -> None:
+    store.add("ada", PersonaMemory(topic="tone", preference="terse"))
+    retriever = MemoryRetriever(store, scoring=Scoring(dense_weight=0.0))
+    assert retriever.retrieve("ada", [search("quantum chromodynamics")]).persona == []
+
+
+def test_repeating_a_memory_scores_about_one(seeded: JsonlMemoryStore) -> None:
+    bundle = MemoryRetriever(seeded).retrieve("ada", [search("tone terse, no preamble")], top_k=1)
+    assert bundle.persona[0].score == pytest.approx(1.0, abs=0.02)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"top_k": 0}, "top_k must be a positive int"),
+        ({"top_k": True}, "top_k must be a positive int"),
+        ({"top_k": 2.0}, "top_k must be a positive int"),
+        ({"min_similarity": 1.5}, "min_similarity must be a number in"),
+        ({"min_similarity": float("nan")}, "min_similarity must be a number in"),
+        ({"min_similarity": -0.1}, "min_similarity must be a number in"),
+        ({"min_similarity": False}, "min_similarity must be a number in"),
+    ],
+)
+def test_invalid_arguments_are_clear_errors(store: JsonlMemoryStore, kwargs, message) -> None:
+    with pytest.raises(RetrievalError, match=message):
+        MemoryRetriever(store).retrieve("ada", [search("x")], **kwargs)
+
+
+def test_invalid_searches_are_clear_errors(store: JsonlMemoryStore) -> None:
+    with pytest.raises(ValueError, match="layer"):
+        search("x", "episodic")
+    with pytest.raises(RetrievalError, match=r"searches\[0\] must be a SearchRequest"):
+        MemoryRetriever(store).retrieve("ada", [("persona", "x")])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="must be a str"):
+        MemoryRetriever(store).retrieve(None, [search("x")])  # type: ignore[arg-type]
+    assert len(MemoryRetriever(store).retrieve("ada", [])) == 0
+
+
+def test_writes_are_visible_to_the_very_next_call(store: JsonlMemoryStore) -> None:
+    retriever = MemoryRetriever(store)
+    assert retriever.retrieve("ada", [search("favourite editor")]).persona == []
+    record = store.add("ada", PersonaMemory(topic="favourite editor", preference="vim"))
+    assert retriever.retrieve("ada", [search("favourite editor")]).persona[0].record == record
+    updated = store.update(
+        "ada", "persona", record.id, PersonaMemory(topic="favourite editor", preference="emacs")
+    )
+    assert retriever.retrieve("ada", [search("favourite editor")]).persona[0].record == updated
+    store.delete("ada", "persona", record.id)
+    assert retriever.retrieve("ada", [search("favourite editor")]).persona == []
+    # Writes through another store instance (as another process would) count too.
+    other = JsonlMemoryStore(store.root).add(
+        "ada", PersonaMemory(topic="favourite editor", preference="nano")
+    )
+    assert retriever.retrieve("ada", [search("favourite editor")]).persona[0].record == other
+
+
+def test_retrieval_embeds_the_queries_never_the_bank(seeded: JsonlMemoryStore) -> None:
+    embedder = CountingEmbedder()
+    retriever = MemoryRetriever(seeded, embedder)
+    for i in range(5):
+        retriever.retrieve("ada", [search(f"citation {i}"), search("plan", "trajectory")])
+    assert embedder.texts == [text for i in range(5) for text in (f"citation {i}", "plan")]
+    # A memory stored without an embedding is embedded once, when first indexed.
+    seeded.add("ada", PersonaMemory(topic="editor", preference="vim"))
+    retriever.retrieve("ada", [search("editor")])
+    retriever.retrieve("ada", [search("editor")])
+    assert sorted(embedder.texts[-3:]) == ["editor", "editor", "editor vim"]
+
+
+def test_many_updates_keep_the_index_correct(store: JsonlMemoryStore, monkeypatch) -> None:
+    monkeypatch.setattr(JsonlMemoryStore, "compact_min_dead", 8)
+    retriever = MemoryRetriever(store)
+    records = store.add_many(
+        "ada", "persona", [PersonaMemory(topic=f"topic {i}", preference="old") for i in range(20)]
+    )
+    for round_ in range(60):  # enough to compact both the file and the index
+        record = records[round_ % 20]
+        records[round_ % 20] = store.update(
+            "ada",
+            "persona",
+            record.id,
+            PersonaMemory(topic=record.content.topic, preference=f"value {round_}"),
+        )
+        found = retriever.retrieve(
+            "ada", [search(f"{record.content.topic} value {round_}")], top_k=1
+        )
+        assert found.persona[0].record == records[round_ % 20]
+    everything = retriever.retrieve("ada", [search("topic")], top_k=100)
+    assert sorted(m.record.id for m in everything.persona) == sorted(r.id for r in records)
+
+
+def test_another_embedder_is_detected(store: JsonlMemoryStore) -> None:
+    store.add_many("ada", "persona", embed_records(HashingEmbedder(dim=64), PREFERENCES[:1]))
+    with pytest.raises(EmbeddingMismatchError, match="autopersona reindex"):
+        MemoryRetriever(store).retrieve("ada", [search("citation")])
+    other_dim = FunctionEmbedder(
+        lambda texts: np.ones((len(texts), 64)), name="hashing-v1-256", dim=64
+    )
+    with pytest.raises(EmbeddingMismatchError, match="64 dimensions"):
+        MemoryRetriever(store, other_dim).retrieve("ada", [search("citation")])
+
+
+def test_a_broken_embedder_is_a_clear_error(store: JsonlMemoryStore) -> None:
+    store.add("ada", PersonaMemory(topic="t", preference="p"))
+    wrong = FunctionEmbedder(lambda texts: np.ones((len(texts), 3)), name="wrong", dim=4)
+    with pytest.raises(ValueError, match=r"returned shape \(1, 3\), expected \(1, 4\)"):
+        MemoryRetriever(store, wrong).retrieve("ada", [search("t")])
+
+
+def test_retrieval_and_updates_run_concurrently_without_deadlock(store: JsonlMemoryStore) -> None:
+    retriever = MemoryRetriever(store)
+    updater = MemoryUpdater(store, retriever=retriever)
+    errors: list[BaseException] = []
+
+    colours = ["red", "green", "blue"]
+    things = ["car", "house", "boat", "shirt", "lamp"]
+
+    def write(n: int) -> None:
+        try:
+            for i in range(40):
+                topic = f"{colours[n]} {things[i % 5]}"
+                updater.update("ada", "persona", PersonaMemory(topic=topic, preference=f"v{i}"))
+        except BaseException as exc:
+            errors.append(exc)
+
+    def read() -> None:
+        try:
+            for i in range(80):
+                retriever.retrieve("ada", [search(f"topic {i % 4}")])
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(3)]
+    threads += [threading.Thread(target=read) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not any(thread.is_alive() for thread in threads), "deadlock"
+    assert errors == []
+    topics = [m.content.topic for m in store.list("ada", "persona")]
+    assert sorted(topics) == sorted(f"{c} {t}" for c in colours for t in things)
+
+
+user_ids = st.sampled_from(["ada", "Ada", "bob", "a/b", "a_b", "ä", "ada "])
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    writes=st.lists(
+        st.tuples(user_ids, st.sampled_from(["apples", "pears", "plums"])), min_size=1, max_size=12
+    ),
+    reader=user_ids,
+)
+def test_no_retrieval_ever_returns_another_users_memory(tmp_path: Path, writes, reader) -> None:
+    store = JsonlMemoryStore(tmp_path / f"s{abs(hash((tuple(writes), reader)))}")
+    retriever = MemoryRetriever(store)
+    owned: dict[str, set[str]] = {}
+    for user, fruit in writes:
+        record = store.add(user, PersonaMemory(topic="fruit", preference=f"{fruit} of {user}"))
+        owned.setdefault(user, set()).add(record.id)
+        found = retriever.retrieve(reader, [search(f"fruit {fruit}")], top_k=20)
+        assert {m.record.id for m in found.persona} <= owned.get(reader, set())
