@@ -200,7 +200,7 @@ def test_concurrent_updaters_in_several_processes_stay_correct(tmp_path: Path) -
     ]
     for process in processes:
         process.stdin.write("go\n")
-        process.stdin.flush()
+        process.stdin.close()
     assert [process.wait(timeout=120) for process in processes] == [0] * 4
     store = JsonlMemoryStore(tmp_path)
     memories = store.list("ada", "persona")
