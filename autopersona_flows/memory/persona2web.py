@@ -29,6 +29,7 @@ __all__ = [
 # Where an item leaves a field out, the first fallback present stands in for it.
 _FALLBACKS = {"trace": ("events",), "outcome": ("result",), "interaction": ("events",)}
 _ITEM_FIELDS = ("query", "trace", "outcome", "insight", "task", "interaction", "state", "persona")
+_PERSONA_FIELDS = ("topic", "preference", "strategy")
 
 
 class Persona2WebCase(BaseModel):
@@ -64,13 +65,19 @@ class PersonaQuery(BaseModel):
 
 def _item(user_id: Any, raw: Any, index: int) -> dict[str, Any]:
     if not isinstance(raw, dict):
-        raise ValueError(f"history[{index}] must be an object, got {type(raw).__name__}")
+        raise ValueError(f"history.{index} must be an object, got {type(raw).__name__}")
     item: dict[str, Any] = {"user_id": user_id}
     for name in _ITEM_FIELDS:
         for key in (name, *_FALLBACKS.get(name, ())):
             if key in raw:
                 item[name] = raw[key]
                 break
+    persona = item.get("persona")
+    if isinstance(persona, list):  # persona items too keep only the fields we know
+        item["persona"] = [
+            {k: v for k, v in p.items() if k in _PERSONA_FIELDS} if isinstance(p, dict) else p
+            for p in persona
+        ]
     return item
 
 
