@@ -44,7 +44,10 @@ def reindex_user(store: MemoryStore, user_id: str, embedder: Embedder) -> int:
         store.restore(
             MemorySnapshot.of(
                 user_id,
-                {layer: [fresh.get((layer, r.id), r) for r in snapshot.memories[layer]] for layer in LAYERS},
+                {
+                    layer: [fresh.get((layer, r.id), r) for r in snapshot.memories[layer]]
+                    for layer in LAYERS
+                },
             ),
             replace=True,
         )
