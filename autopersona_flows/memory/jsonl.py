@@ -212,11 +212,15 @@ class _Bank:
             self._reset()
             return
         key = (stat.st_ino, stat.st_dev, stat.st_size, stat.st_mtime_ns)
-        if key == self.stat_key:
-            return
         with self.path.open("rb") as file:
             header_line = file.readline()
+            # The key alone is not proof of "unchanged": with coarse timestamps a torn
+            # tail can be cut and refilled to the same size within one tick, and a
+            # replaced file can reuse the old inode. So a known torn tail is always
+            # re-read, and the header's generation always checked.
             header = self._parse_header(header_line)
+            if (key, self.size, header.generation) == (self.stat_key, self.offset, self.generation):
+                return
             same_file = (
                 self.stat_key is not None
                 and header.generation == self.generation
@@ -386,6 +390,10 @@ class _Bank:
         """
         if self.generation is None:
             _ensure_store(create_store)
+        # Only the holder of the exclusive lock writes this bank's temporary files, so
+        # any left over are from a writer killed mid-rewrite.
+        for stale in self.folder.glob(f".{self.path.name}.*.tmp"):
+            stale.unlink(missing_ok=True)
         records = list(records)
         header = _Header(
             format=_BANK_FORMAT,

@@ -279,3 +279,17 @@ def test_changes_start_over_for_unknown_cursors_and_other_views(store: JsonlMemo
     resumed = other.changes("ada", "persona", cursor)  # another process's cursor means nothing here
     assert (resumed.full, resumed.records) == (True, [a])
     assert store.changes("bob", "persona", cursor).records == []
+
+
+def test_temporary_files_of_a_killed_rewrite_are_removed(
+    store: JsonlMemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(JsonlMemoryStore, "compact_min_dead", 2)
+    record = store.add("ada", PersonaMemory(topic="t", preference="0"))
+    folder = bank_file(store.root, "ada", "persona").parent
+    leftover = folder / ".persona.jsonl.k1ll3d.tmp"  # what a writer killed mid-rewrite leaves
+    leftover.write_bytes(b"half a bank")
+    for i in range(1, 5):  # enough dead entries to compact
+        store.update("ada", "persona", record.id, PersonaMemory(topic="t", preference=str(i)))
+    assert not leftover.exists()
+    assert store.get("ada", "persona", record.id).content.preference == "4"
