@@ -70,11 +70,13 @@ class BankIndex:
     def _clear(self) -> None:
         self.records: list[MemoryRecord | None] = []  # by row; None once removed
         self.rows: dict[str, int] = {}  # live id -> row
-        self.digests: dict[str, str] = {}  # content digest -> live id
+        self.digests: dict[str, dict[str, None]] = {}  # content digest -> live ids, in order
         self._vectors = np.zeros((64, self.embedder.dim), dtype=np.float32)
         self._live = np.zeros(64, dtype=bool)
         self._lengths = np.zeros(64, dtype=np.float32)
-        self._postings: dict[str, list[tuple[int, int]]] = {}
+        # Postings grow as Python lists (cheap appends); their NumPy copies are
+        # extended by the new tail only when a query needs them.
+        self._postings: dict[str, tuple[list[int], list[int]]] = {}
         self._arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._df: Counter[str] = Counter()
         self._total_length = 0.0
@@ -136,13 +138,14 @@ class BankIndex:
             counts = Counter(terms(memory_text(record.content)))
             self.records.append(record)
             self.rows[record.id] = row
-            self.digests[content_digest(record.content)] = record.id
+            self.digests.setdefault(content_digest(record.content), {})[record.id] = None
             self._live[row] = True
             self._lengths[row] = length = sum(counts.values())
             self._total_length += length
             for term, tf in counts.items():
-                self._postings.setdefault(term, []).append((row, tf))
-                self._arrays.pop(term, None)
+                rows, tfs = self._postings.setdefault(term, ([], []))
+                rows.append(row)
+                tfs.append(tf)
                 self._df[term] += 1
 
     def _remove(self, memory_id: str) -> None:
@@ -153,7 +156,11 @@ class BankIndex:
         assert record is not None
         self.records[row] = None
         self._live[row] = False
-        self.digests.pop(content_digest(record.content), None)
+        digest = content_digest(record.content)
+        same = self.digests[digest]
+        del same[memory_id]
+        if not same:
+            del self.digests[digest]
         self._total_length -= float(self._lengths[row])
         for term in set(terms(memory_text(record.content))):
             self._df[term] -= 1
@@ -211,8 +218,23 @@ class BankIndex:
         return np.minimum(scores / reference, 1.0) if reference else scores
 
     def _posting_arrays(self, term: str) -> tuple[np.ndarray, np.ndarray]:
-        arrays = self._arrays.get(term)
-        if arrays is None:
-            postings = np.asarray(self._postings[term], dtype=np.int64)
-            arrays = self._arrays[term] = (postings[:, 0], postings[:, 1].astype(np.float32))
-        return arrays
+        rows, tfs = self._postings[term]
+        cached = self._arrays.get(term)
+        done = 0 if cached is None else len(cached[0])
+        if done < len(rows):
+            new_rows = np.asarray(rows[done:], dtype=np.int64)
+            new_tfs = np.asarray(tfs[done:], dtype=np.float32)
+            cached = self._arrays[term] = (
+                (new_rows, new_tfs)
+                if cached is None
+                else (np.concatenate([cached[0], new_rows]), np.concatenate([cached[1], new_tfs]))
+            )
+        assert cached is not None  # every indexed term has a posting
+        return cached
+
+    def find(self, content: LayerContent) -> MemoryRecord | None:
+        """Return the oldest live record whose content equals ``content``, if any."""
+        ids = self.digests.get(content_digest(content))
+        if not ids:
+            return None
+        return self.records[self.rows[next(iter(ids))]]

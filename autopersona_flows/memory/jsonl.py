@@ -316,7 +316,10 @@ class _Bank:
         oldest = self.changed[0][0] if self.changed else self.seq + 1
         if since < 0 or since > self.seq or since < oldest - 1:
             return ChangeSet(cursor=now, full=True, records=[*self.records.values()])
-        ids = {memory_id for seq, memory_id in self.changed if seq > since}
+        if since == self.seq:
+            return ChangeSet(cursor=now, full=False, records=[])
+        # In change order, so that every view indexes records in the same order.
+        ids = dict.fromkeys(memory_id for seq, memory_id in self.changed if seq > since)
         return ChangeSet(
             cursor=now,
             full=False,

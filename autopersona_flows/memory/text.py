@@ -4,8 +4,8 @@
 by the lexical index and the hashing embedder: Unicode words, lowercased, English
 stop words dropped, and a light suffix-stripping stemmer so that "prefers",
 "preferred" and "preference" meet. Measured on LoCoMo (see
-``benchmarks/locomo_retrieval.py``), this analyzer lifts BM25's recall@5 by about a
-sixth over plain lowercase words.
+``benchmarks/locomo_retrieval.py``), this analyzer lifts BM25's recall@5 by 16-19%
+over plain lowercase words.
 """
 
 from __future__ import annotations

@@ -287,3 +287,25 @@ def test_no_retrieval_ever_returns_another_users_memory(tmp_path: Path, writes, 
         owned.setdefault(user, set()).add(record.id)
         found = retriever.retrieve(reader, [search(f"fruit {fruit}")], top_k=20)
         assert {m.record.id for m in found.persona} <= owned.get(reader, set())
+
+
+def test_exact_duplicates_are_found_until_the_last_copy_is_gone(store: JsonlMemoryStore) -> None:
+    content = PersonaMemory(topic="citation style", preference="APA")
+    first, second = store.add("ada", content), store.add("ada", content)
+    retriever = MemoryRetriever(store)
+    assert retriever.find_exact("ada", "persona", content) == first
+    store.delete("ada", "persona", first.id)
+    assert retriever.find_exact("ada", "persona", content) == second
+    store.delete("ada", "persona", second.id)
+    assert retriever.find_exact("ada", "persona", content) is None
+
+
+def test_the_dense_weight_follows_the_embedder_unless_given() -> None:
+    from autopersona_flows.memory import MiniLMEmbedder
+
+    store = JsonlMemoryStore("unused-folder-never-written")
+    assert MemoryRetriever(store).scoring.dense_weight == 0.3
+    assert MemoryRetriever(store, MiniLMEmbedder()).scoring.dense_weight == 0.5
+    assert MemoryRetriever(store, scoring=Scoring(dense_weight=0.0)).scoring.dense_weight == 0.0
+    with pytest.raises(ValueError, match="dense_weight"):
+        Scoring(dense_weight=1.5)
