@@ -14,7 +14,9 @@ each also inherits the builtin it refines, so ``except ValueError`` keeps workin
     │   └── EmbeddingMismatchError
     ├── RetrievalError (ValueError)
     ├── ResolverError (ValueError)
-    └── IngestionError (ValueError)
+    ├── IngestionError (ValueError)
+    ├── PolicyError (ValueError)
+    └── EvaluationError (ValueError)
 
 Invalid record contents raise pydantic's `ValidationError` (a `ValueError`),
 which names every offending field.
@@ -29,11 +31,13 @@ __all__ = [
     "DuplicateMemoryError",
     "EmbedderError",
     "EmbeddingMismatchError",
+    "EvaluationError",
     "IngestionError",
     "InvalidUserIdError",
     "MemoryNotFoundError",
     "MemoryStoreCorruptionError",
     "MemoryStoreError",
+    "PolicyError",
     "ResolverError",
     "RetrievalError",
     "SnapshotError",
@@ -117,3 +121,15 @@ class ResolverError(AutopersonaError, ValueError):
 
 class IngestionError(AutopersonaError, ValueError):
     """A task-history file or record cannot be ingested; the message names the field."""
+
+
+class PolicyError(AutopersonaError, ValueError):
+    """A decision policy returned something that is not a valid decision.
+
+    For example an unknown action (``"Clarify"`` is not ``"clarify"``), or a
+    clarification without a question. Never retried: it is a policy's mistake.
+    """
+
+
+class EvaluationError(AutopersonaError, ValueError):
+    """An evaluation set is empty or its labels are invalid."""

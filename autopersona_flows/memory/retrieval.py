@@ -38,12 +38,15 @@ class SearchRequest(BaseModel):
     Attributes:
         layer: The layer to search.
         query: What to look for.
+        label: What the search is for (e.g. ``"requirement:citation style"``), so
+            whoever reads the results can tell which search found what.
     """
 
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
     layer: MemoryLayer
     query: Annotated[str, AfterValidator(_text)]
+    label: str | None = None
 
 
 class ScoredMemory(BaseModel):

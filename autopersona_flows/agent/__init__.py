@@ -1,0 +1,44 @@
+"""The PersonaAgent: final guidance or one targeted question, per task node.
+
+This package never imports Prefect.
+"""
+
+from autopersona_flows.agent.agent import PersonaAgent
+from autopersona_flows.agent.decisions import (
+    ClarifyDecision,
+    Constraint,
+    FinalDecision,
+    NodeInfo,
+    PersonaDecision,
+    PersonaRequest,
+    Requirement,
+    parse_decision,
+)
+from autopersona_flows.agent.metrics import RuntimeMetrics
+from autopersona_flows.agent.planners import (
+    DefaultPlanner,
+    FunctionPlanner,
+    SearchPlanner,
+    requirement_label,
+)
+from autopersona_flows.agent.policies import EvidencePolicy, FunctionPolicy, Policy
+
+__all__ = [
+    "ClarifyDecision",
+    "Constraint",
+    "DefaultPlanner",
+    "EvidencePolicy",
+    "FinalDecision",
+    "FunctionPlanner",
+    "FunctionPolicy",
+    "NodeInfo",
+    "PersonaAgent",
+    "PersonaDecision",
+    "PersonaRequest",
+    "Policy",
+    "Requirement",
+    "RuntimeMetrics",
+    "SearchPlanner",
+    "parse_decision",
+    "requirement_label",
+]
