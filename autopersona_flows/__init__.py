@@ -1,20 +1,36 @@
 """autopersona-flows: personalized memory for Prefect 3 workflows.
 
-The memory layer is importable without Prefect; the Prefect integration lives in
-``autopersona_flows.flows``. Everything here is also in the subpackage that
-defines it (``autopersona_flows.memory``), along with less common names.
+The memory and agent layers are importable without Prefect; the Prefect
+integration lives in ``autopersona_flows.flows``. Everything here is also in the
+subpackage that defines it (``autopersona_flows.memory``,
+``autopersona_flows.agent``), along with less common names.
 """
 
+from autopersona_flows.agent import (
+    ClarifyDecision,
+    Constraint,
+    EvidencePolicy,
+    FinalDecision,
+    NodeInfo,
+    PersonaAgent,
+    PersonaDecision,
+    PersonaRequest,
+    Policy,
+    Requirement,
+    RuntimeMetrics,
+)
 from autopersona_flows.errors import (
     AutopersonaError,
     DuplicateMemoryError,
     EmbedderError,
     EmbeddingMismatchError,
+    EvaluationError,
     IngestionError,
     InvalidUserIdError,
     MemoryNotFoundError,
     MemoryStoreCorruptionError,
     MemoryStoreError,
+    PolicyError,
     ResolverError,
     RetrievalError,
     SnapshotError,
@@ -49,11 +65,16 @@ __version__ = "0.1.0"
 __all__ = [
     "LAYERS",
     "AutopersonaError",
+    "ClarifyDecision",
+    "Constraint",
     "DuplicateMemoryError",
     "Embedder",
     "EmbedderError",
     "Embedding",
     "EmbeddingMismatchError",
+    "EvaluationError",
+    "EvidencePolicy",
+    "FinalDecision",
     "HashingEmbedder",
     "IngestionError",
     "InvalidUserIdError",
@@ -69,11 +90,19 @@ __all__ = [
     "MemoryStoreCorruptionError",
     "MemoryStoreError",
     "MemoryUpdater",
+    "NodeInfo",
+    "PersonaAgent",
+    "PersonaDecision",
     "PersonaMemory",
+    "PersonaRequest",
+    "Policy",
+    "PolicyError",
     "RawTaskRecord",
+    "Requirement",
     "Resolver",
     "ResolverError",
     "RetrievalError",
+    "RuntimeMetrics",
     "ScoredMemory",
     "SearchRequest",
     "SnapshotError",

@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import autopersona_flows
+import autopersona_flows.agent
 import autopersona_flows.errors
 import autopersona_flows.memory
 
@@ -12,11 +13,16 @@ def test_top_level_surface() -> None:
     assert autopersona_flows.__all__ == [
         "LAYERS",
         "AutopersonaError",
+        "ClarifyDecision",
+        "Constraint",
         "DuplicateMemoryError",
         "Embedder",
         "EmbedderError",
         "Embedding",
         "EmbeddingMismatchError",
+        "EvaluationError",
+        "EvidencePolicy",
+        "FinalDecision",
         "HashingEmbedder",
         "IngestionError",
         "InvalidUserIdError",
@@ -32,11 +38,19 @@ def test_top_level_surface() -> None:
         "MemoryStoreCorruptionError",
         "MemoryStoreError",
         "MemoryUpdater",
+        "NodeInfo",
+        "PersonaAgent",
+        "PersonaDecision",
         "PersonaMemory",
+        "PersonaRequest",
+        "Policy",
+        "PolicyError",
         "RawTaskRecord",
+        "Requirement",
         "Resolver",
         "ResolverError",
         "RetrievalError",
+        "RuntimeMetrics",
         "ScoredMemory",
         "SearchRequest",
         "SnapshotError",
@@ -48,9 +62,17 @@ def test_top_level_surface() -> None:
     ]
 
 
+modules = (
+    autopersona_flows,
+    autopersona_flows.memory,
+    autopersona_flows.agent,
+    autopersona_flows.errors,
+)
+
+
 def test_every_exported_name_exists_once() -> None:
     # The order itself is kept by ruff (RUF022: constants, classes, then functions).
-    for module in (autopersona_flows, autopersona_flows.memory, autopersona_flows.errors):
+    for module in modules:
         assert len(set(module.__all__)) == len(module.__all__)
         for name in module.__all__:
             assert hasattr(module, name), f"{module.__name__}.{name}"
