@@ -16,7 +16,8 @@ each also inherits the builtin it refines, so ``except ValueError`` keeps workin
     ├── ResolverError (ValueError)
     ├── IngestionError (ValueError)
     ├── PolicyError (ValueError)
-    └── EvaluationError (ValueError)
+    ├── EvaluationError (ValueError)
+    └── GraphError (ValueError)
 
 Invalid record contents raise pydantic's `ValidationError` (a `ValueError`),
 which names every offending field.
@@ -32,6 +33,7 @@ __all__ = [
     "EmbedderError",
     "EmbeddingMismatchError",
     "EvaluationError",
+    "GraphError",
     "IngestionError",
     "InvalidUserIdError",
     "MemoryNotFoundError",
@@ -133,3 +135,10 @@ class PolicyError(AutopersonaError, ValueError):
 
 class EvaluationError(AutopersonaError, ValueError):
     """An evaluation set is empty or its labels are invalid."""
+
+
+class GraphError(AutopersonaError, ValueError):
+    """A task graph is malformed; the message names the nodes involved.
+
+    A duplicate id, an unknown dependency, a cycle, or a tool that cannot be imported.
+    """

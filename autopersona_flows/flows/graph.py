@@ -1,0 +1,169 @@
+"""Task graphs: nodes with tools, dependencies and requirements, in a checked order."""
+
+from __future__ import annotations
+
+import heapq
+import importlib
+import re
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+
+from autopersona_flows.agent.decisions import Requirement
+from autopersona_flows.errors import GraphError
+
+__all__ = ["TaskGraph", "TaskNode", "resolve_tool"]
+
+_NODE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+_IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+
+
+def _node_id(value: str) -> str:
+    if not _NODE_ID.match(value):
+        raise ValueError(
+            f"node id {value!r} must start with a letter or digit and hold only letters, "
+            "digits, '_', '.' and '-' (at most 100 characters)"
+        )
+    return value
+
+
+def _tool(value: Any) -> Any:
+    if isinstance(value, str):
+        if not _IMPORT_PATH.match(value):
+            raise ValueError(f"tool {value!r} must be a callable or 'package.module:function'")
+    elif not callable(value):
+        raise ValueError(f"tool must be a callable or an import path, got {type(value).__name__}")
+    return value
+
+
+def resolve_tool(tool: Callable[..., Any] | str) -> Callable[..., Any]:
+    """Return the callable a node's ``tool`` names.
+
+    Raises:
+        GraphError: If an import path does not lead to a callable.
+    """
+    if not isinstance(tool, str):
+        return tool
+    module_name, _, attribute = tool.partition(":")
+    try:
+        target: Any = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            target = getattr(target, part)
+    except (ImportError, AttributeError) as exc:
+        raise GraphError(f"cannot import tool {tool!r}: {exc}") from exc
+    if not callable(target):
+        raise GraphError(f"tool {tool!r} is a {type(target).__name__}, not a callable")
+    return target
+
+
+class TaskNode(BaseModel):
+    """One step of a task graph.
+
+    Attributes:
+        id: Unique within the graph; names the step's Prefect task.
+        instruction: What the step does, in words (the PersonaAgent reads it).
+        tool: The function that does it, or its import path ``"package.module:function"``
+            (an import path keeps the graph serialisable, e.g. for deployments).
+        depends_on: Ids of the nodes whose outputs this one needs.
+        requires: What the step must know about the person before it runs.
+    """
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    id: Annotated[str, AfterValidator(_node_id)]
+    instruction: str = ""
+    tool: Annotated[Any, AfterValidator(_tool)]
+    depends_on: list[str] = Field(default_factory=list)
+    requires: list[Requirement] = Field(default_factory=list)
+
+    @field_validator("depends_on")
+    @classmethod
+    def _no_repeats(cls, depends_on: list[str]) -> list[str]:
+        if len(set(depends_on)) != len(depends_on):
+            raise ValueError(f"depends_on repeats a node: {depends_on}")
+        return depends_on
+
+
+class TaskGraph:
+    """A validated graph of task nodes and the order to run them in.
+
+    The order is topological and deterministic: among nodes that are ready at the
+    same time, the one declared first comes first. Nodes that do not depend on
+    each other (directly or not) may run concurrently.
+
+    Args:
+        nodes: The nodes, in declaration order.
+
+    Raises:
+        GraphError: On an empty graph, a duplicate id, a dependency on an unknown
+            node or on itself, or a cycle; the message names the nodes.
+    """
+
+    def __init__(self, nodes: Sequence[TaskNode]) -> None:
+        nodes = list(nodes)
+        if not nodes:
+            raise GraphError("a task graph needs at least one node")
+        self.nodes: dict[str, TaskNode] = {}
+        for node in nodes:
+            if not isinstance(node, TaskNode):
+                raise GraphError(f"graph nodes must be TaskNode, got {type(node).__name__}")
+            if node.id in self.nodes:
+                raise GraphError(f"node id {node.id!r} is used twice")
+            self.nodes[node.id] = node
+        for node in nodes:
+            for dependency in node.depends_on:
+                if dependency == node.id:
+                    raise GraphError(f"node {node.id!r} depends on itself")
+                if dependency not in self.nodes:
+                    raise GraphError(f"node {node.id!r} depends on unknown node {dependency!r}")
+        self.order: list[str] = self._topological()
+
+    def __repr__(self) -> str:
+        return f"TaskGraph({self.order})"
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def _topological(self) -> list[str]:
+        position = {node_id: i for i, node_id in enumerate(self.nodes)}
+        waiting = {node_id: len(node.depends_on) for node_id, node in self.nodes.items()}
+        dependants: dict[str, list[str]] = {node_id: [] for node_id in self.nodes}
+        for node in self.nodes.values():
+            for dependency in node.depends_on:
+                dependants[dependency].append(node.id)
+        ready = [(position[n], n) for n, count in waiting.items() if count == 0]
+        heapq.heapify(ready)
+        order = []
+        while ready:
+            _, node_id = heapq.heappop(ready)
+            order.append(node_id)
+            for dependant in dependants[node_id]:
+                waiting[dependant] -= 1
+                if not waiting[dependant]:
+                    heapq.heappush(ready, (position[dependant], dependant))
+        if len(order) < len(self.nodes):
+            raise GraphError(f"the graph has a cycle through {self._cycle(set(order))}")
+        return order
+
+    def _cycle(self, done: set[str]) -> str:
+        """Describe one cycle among the nodes not in ``done``, e.g. ``'a' -> 'b' -> 'a'``."""
+        start = next(node_id for node_id in self.nodes if node_id not in done)
+        path: list[str] = []
+        node_id = start
+        while node_id not in path:
+            path.append(node_id)
+            node_id = next(d for d in self.nodes[node_id].depends_on if d not in done)
+        cycle = [*path[path.index(node_id) :], node_id]
+        return " -> ".join(repr(n) for n in reversed(cycle))
+
+    def ancestors(self, node_id: str) -> set[str]:
+        """Every node ``node_id`` depends on, directly or not."""
+        seen: set[str] = set()
+        stack = list(self.nodes[node_id].depends_on)
+        while stack:
+            current = stack.pop()
+            if current not in seen:
+                seen.add(current)
+                stack.extend(self.nodes[current].depends_on)
+        return seen
