@@ -126,10 +126,11 @@ class IngestionError(AutopersonaError, ValueError):
 
 
 class PolicyError(AutopersonaError, ValueError):
-    """A decision policy returned something that is not a valid decision.
+    """A decision policy failed to produce a valid decision.
 
-    For example an unknown action (``"Clarify"`` is not ``"clarify"``), or a
-    clarification without a question. Never retried: it is a policy's mistake.
+    For example an unknown action (``"Clarify"`` is not ``"clarify"``), a
+    clarification without a question, or an LLM endpoint that kept failing. A
+    policy may retry within its own budget; the agent never retries it.
     """
 
 

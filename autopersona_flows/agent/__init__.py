@@ -15,6 +15,7 @@ from autopersona_flows.agent.decisions import (
     parse_decision,
 )
 from autopersona_flows.agent.metrics import RuntimeMetrics
+from autopersona_flows.agent.openai import OpenAICompatiblePolicy
 from autopersona_flows.agent.planners import (
     DefaultPlanner,
     FunctionPlanner,
@@ -32,6 +33,7 @@ __all__ = [
     "FunctionPlanner",
     "FunctionPolicy",
     "NodeInfo",
+    "OpenAICompatiblePolicy",
     "PersonaAgent",
     "PersonaDecision",
     "PersonaRequest",

@@ -21,6 +21,7 @@ from autopersona_flows.memory.records import JsonValue, MemoryLayer
 from autopersona_flows.memory.retrieval import MemoryBundle
 
 __all__ = [
+    "JSON_SCHEMA",
     "ClarifyDecision",
     "Constraint",
     "FinalDecision",
@@ -197,7 +198,10 @@ PersonaDecision = Annotated[FinalDecision | ClarifyDecision, Discriminator("acti
 _DECISION: TypeAdapter[FinalDecision | ClarifyDecision] = TypeAdapter(PersonaDecision)
 
 JSON_SCHEMA: dict[str, JsonValue] = _DECISION.json_schema()
-"""The JSON schema of a decision, as sent to LLM policies."""
+"""The JSON schema of a whole decision, retrieved memories included.
+
+LLM policies send a trimmed form of it (see ``agent.openai.OUTPUT_SCHEMA``): a
+model writes the decision, the agent attaches the memories."""
 
 
 def parse_decision(value: Any) -> FinalDecision | ClarifyDecision:
