@@ -12,11 +12,19 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
+from autopersona_flows import _json
+from autopersona_flows.agent.agent import PersonaAgent
+from autopersona_flows.agent.evaluation import (
+    evaluate_clarification_policy,
+    read_clarification_cases,
+    seed_memories,
+)
 from autopersona_flows.errors import AutopersonaError, SnapshotError
 from autopersona_flows.memory.embedders import get_embedder
 from autopersona_flows.memory.ingestion import ingest_task_history, read_task_records
 from autopersona_flows.memory.jsonl import JsonlMemoryStore
 from autopersona_flows.memory.reindex import reindex_user
+from autopersona_flows.memory.retrieval import MemoryRetriever
 from autopersona_flows.memory.snapshots import MemorySnapshot, read_snapshot, write_snapshot
 from autopersona_flows.memory.updates import MemoryUpdater
 
@@ -133,6 +141,23 @@ def _cmd_verify(args: argparse.Namespace) -> None:
     print(f"ok: {len(users)} users, every bank readable")
 
 
+def _cmd_eval(args: argparse.Namespace) -> None:
+    cases = read_clarification_cases(args.cases)  # all of it, before anything is written
+    embedder = get_embedder(args.embedder)
+    if args.seed is None:
+        store = _existing_store(args.store)
+    else:
+        store = JsonlMemoryStore(args.store)
+        seeded = seed_memories(store, args.seed, embedder)
+        print(
+            f"seeded {sum(seeded.values())} memories of {len(seeded)} users into {args.store}",
+            file=sys.stderr,
+        )
+    report = evaluate_clarification_policy(PersonaAgent(MemoryRetriever(store, embedder)), cases)
+    # Names, labels, actions and metrics only: decisions quote memory contents.
+    print(_json.dumps(report.to_dict()).decode())
+
+
 _EMBEDDER_HELP = "hashing (default), minilm, or package.module:attr"
 
 
@@ -175,6 +200,21 @@ def _parser() -> argparse.ArgumentParser:
     verify = commands.add_parser("verify", help="read every bank; fail on the first corrupt one")
     verify.add_argument("store", help="the store's folder")
     verify.set_defaults(run=_cmd_verify)
+
+    evaluate = commands.add_parser(
+        "eval", help="run the default agent on a labelled clarification set; print a JSON report"
+    )
+    evaluate.add_argument("cases", help="one ClarificationCase JSON object a line")
+    evaluate.add_argument(
+        "--store", required=True, help="the store's folder (created by --seed if missing)"
+    )
+    evaluate.add_argument(
+        "--seed",
+        metavar="MEMORIES",
+        help="JSONL memories to write into the store first; its users must have none yet",
+    )
+    evaluate.add_argument("--embedder", default="hashing", help=_EMBEDDER_HELP)
+    evaluate.set_defaults(run=_cmd_eval)
     return parser
 
 

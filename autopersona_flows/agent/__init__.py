@@ -14,6 +14,14 @@ from autopersona_flows.agent.decisions import (
     Requirement,
     parse_decision,
 )
+from autopersona_flows.agent.evaluation import (
+    CaseResult,
+    ClarificationCase,
+    ClarificationReport,
+    evaluate_clarification_policy,
+    read_clarification_cases,
+    seed_memories,
+)
 from autopersona_flows.agent.metrics import RuntimeMetrics
 from autopersona_flows.agent.openai import OpenAICompatiblePolicy
 from autopersona_flows.agent.planners import (
@@ -25,6 +33,9 @@ from autopersona_flows.agent.planners import (
 from autopersona_flows.agent.policies import EvidencePolicy, FunctionPolicy, Policy
 
 __all__ = [
+    "CaseResult",
+    "ClarificationCase",
+    "ClarificationReport",
     "ClarifyDecision",
     "Constraint",
     "DefaultPlanner",
@@ -41,6 +52,9 @@ __all__ = [
     "Requirement",
     "RuntimeMetrics",
     "SearchPlanner",
+    "evaluate_clarification_policy",
     "parse_decision",
+    "read_clarification_cases",
     "requirement_label",
+    "seed_memories",
 ]

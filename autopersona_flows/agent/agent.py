@@ -15,8 +15,9 @@ from autopersona_flows.agent.metrics import RuntimeMetrics
 from autopersona_flows.agent.planners import DefaultPlanner, SearchPlanner
 from autopersona_flows.agent.policies import EvidencePolicy, Policy
 from autopersona_flows.errors import PolicyError
-from autopersona_flows.memory.records import PersonaMemory
+from autopersona_flows.memory.records import LAYERS, PersonaMemory
 from autopersona_flows.memory.retrieval import (
+    MemoryBundle,
     MemoryRetriever,
     SearchRequest,
     check_min_similarity,
@@ -80,9 +81,10 @@ class PersonaAgent:
             if request.retrieval_min_similarity is None
             else request.retrieval_min_similarity
         )
-        searches: list[SearchRequest] = self.planner.plan(request)
         started = time.perf_counter()
-        memories = self.retriever.retrieve(request.user_id, searches, top_k, min_similarity)
+        memories = self._retrieve(
+            request.user_id, self.planner.plan(request), top_k, min_similarity
+        )
         retrieved = time.perf_counter()
         try:
             decision = parse_decision(self.policy.decide(request, memories))
@@ -121,6 +123,34 @@ class PersonaAgent:
         result = self.updater.update(user_id, "persona", memory)
         self._count("learned_answers")
         return result
+
+    def _retrieve(
+        self, user_id: str, searches: list[SearchRequest], top_k: int, min_similarity: float
+    ) -> MemoryBundle:
+        """Retrieve each label's searches on their own, then merge.
+
+        A retrieval hands each memory to the first search that finds it. Within one
+        purpose that removes repeats; across purposes it would let one requirement's
+        weak match take another requirement's evidence, so purposes do not share.
+        """
+        groups: dict[str | None, list[SearchRequest]] = {}
+        for search in searches:
+            groups.setdefault(search.label, []).append(search)
+        if len(groups) <= 1:
+            return self.retriever.retrieve(user_id, searches, top_k, min_similarity)
+        bundles = [
+            self.retriever.retrieve(user_id, group, top_k, min_similarity)
+            for group in groups.values()
+        ]
+        return MemoryBundle(
+            **{
+                layer: sorted(
+                    (memory for bundle in bundles for memory in bundle.layer(layer)),
+                    key=lambda memory: -memory.score,
+                )
+                for layer in LAYERS
+            }
+        )
 
     def _count(self, name: str) -> None:
         if self.metrics is not None:

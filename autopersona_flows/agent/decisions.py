@@ -65,7 +65,9 @@ class Requirement(_Model):
     description: str = ""
     question: NonBlank | None = None
     options: list[NonBlank] = Field(default_factory=list)
-    layers: tuple[MemoryLayer, ...] = ("persona", "workspace")
+    # Not strict: the positional __init__ below makes pydantic validate JSON input in
+    # Python mode, where a strict tuple would refuse the JSON array.
+    layers: Annotated[tuple[MemoryLayer, ...], Field(strict=False)] = ("persona", "workspace")
     required: bool = True
 
     def __init__(self, name: str | None = None, /, **data: Any) -> None:

@@ -44,12 +44,13 @@ class DefaultPlanner:
     def plan(self, request: PersonaRequest) -> list[SearchRequest]:
         """Plan the searches for ``request``."""
         searches = [
-            SearchRequest(
-                layer=layer,
-                query=f"{requirement.name} {requirement.description}".strip(),
-                label=requirement_label(requirement),
-            )
+            SearchRequest(layer=layer, query=query, label=requirement_label(requirement))
             for requirement in request.requirements
+            # The name alone finds a learned answer (remembered under the name) even
+            # when a long description would dilute the match.
+            for query in dict.fromkeys(
+                [requirement.name, f"{requirement.name} {requirement.description}".strip()]
+            )
             for layer in requirement.layers
         ]
         texts = [(request.node.instruction, "node")] if request.node else []

@@ -138,9 +138,10 @@ class EvidencePolicy:
     def _guidance(self, memories: MemoryBundle, used: set[str]) -> list[Constraint]:
         extra: dict[str, ScoredMemory] = {}
         for memory in [*memories.persona, *memories.workspace]:
-            if memory.record.id not in used and memory.score >= self.guidance_threshold:
+            if memory.score >= self.guidance_threshold:
                 kept = _newest_of_topic(memory, [*memories.persona, *memories.workspace])
-                extra.setdefault(kept.record.id, kept)
+                if kept.record.id not in used:
+                    extra.setdefault(kept.record.id, kept)
         ranked = sorted(extra.values(), key=lambda memory: -memory.score)[: self.max_guidance]
         return [
             Constraint(

@@ -237,4 +237,4 @@ class BankIndex:
         ids = self.digests.get(content_digest(content))
         if not ids:
             return None
-        return self.records[self.rows[next(iter(ids))]]
+        return self.records[self.rows[min(ids)]]  # ids sort by creation time

@@ -22,7 +22,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from autopersona_flows.errors import ResolverError
+from autopersona_flows.errors import EmbedderError, ResolverError
 from autopersona_flows.memory.embedders import Embedder, HashingEmbedder, check_vectors
 from autopersona_flows.memory.protocol import MemoryStore
 from autopersona_flows.memory.records import (
@@ -206,10 +206,15 @@ class MemoryUpdater:
         self.resolver = resolver if resolver is not None else HeuristicResolver()
         self.top_k = check_top_k(top_k)
         self.retriever = retriever or MemoryRetriever(store, self.embedder)
-        if self.retriever.embedder.name != self.embedder.name:
-            raise ValueError(
-                f"the retriever embeds with {self.retriever.embedder.name!r}, "
-                f"the updater with {self.embedder.name!r}: they must be the same"
+        if self.retriever.store is not store:
+            # Two store objects on one folder hold separate locks: the updater's bank
+            # lock would block the retriever's read in the same thread forever.
+            raise ValueError("the retriever must read the updater's store object")
+        theirs, ours = self.retriever.embedder, self.embedder
+        if (theirs.name, theirs.dim) != (ours.name, ours.dim):
+            raise EmbedderError(
+                f"the retriever embeds with {theirs.name!r}, the updater with {ours.name!r}: "
+                "they must be the same"
             )
 
     def __repr__(self) -> str:
@@ -268,6 +273,10 @@ class MemoryUpdater:
             raise ResolverError(
                 f"the resolver must return an UpdateDecision, got {type(answer).__name__}"
             )
+        try:  # an instance may have been built with model_copy or model_construct
+            answer = UpdateDecision.model_validate(answer.model_dump())
+        except ValidationError as exc:
+            raise ResolverError(f"the resolver returned an invalid decision:\n{exc}") from exc
         shown = [candidate.record.id for candidate in candidates]
         if answer.operation in ("update", "delete") and answer.target_id is None:
             raise ResolverError(f"a {answer.operation} decision needs a target_id")
@@ -297,15 +306,28 @@ class MemoryUpdater:
         if decision.operation == "noop":
             target = next((c.record for c in candidates if c.record.id == decision.target_id), None)
             return decision.model_copy(update={"record": target})
-        if decision.operation == "update":
-            assert decision.target_id is not None  # checked above
-            (embedded,) = embed_records(self.embedder, [result])
-            record = self.store.update(
-                user_id, layer, decision.target_id, result, embedding=embedded.embedding
+        existing = self.retriever.find_exact(user_id, layer, result)
+        if existing is not None and decision.operation == "add":
+            return decision.model_copy(
+                update={
+                    "operation": "noop",
+                    "target_id": existing.id,
+                    "record": existing,
+                    "reason": "exact duplicate of the resolved content",
+                }
             )
-        else:
-            if decision.operation == "delete":
-                assert decision.target_id is not None  # checked above
-                self.store.delete(user_id, layer, decision.target_id)
-            record = self.add(user_id, result)
+        # Embed first: if the embedder fails, nothing has been changed yet.
+        (embedded,) = embed_records(self.embedder, [result])
+        match decision.operation:
+            case "update":
+                record = self.store.update(
+                    user_id, layer, str(decision.target_id), result, embedding=embedded.embedding
+                )
+            case "delete":
+                self.store.delete(user_id, layer, str(decision.target_id))
+                record = self.store.add(user_id, embedded)
+            case "add":
+                record = self.store.add(user_id, embedded)
+            case other:  # unreachable after validation; never write on an unknown operation
+                raise ResolverError(f"unknown operation {other!r}")
         return decision.model_copy(update={"content": result, "record": record})

@@ -281,3 +281,45 @@ def test_metrics_are_thread_safe() -> None:
     snapshot = metrics.snapshot()
     assert snapshot["counts"]["decisions"] == 16000
     assert snapshot["timings"]["policy"]["count"] == 16000
+
+
+def test_requests_round_trip_through_json() -> None:
+    original = request(
+        "ada", Requirement("output folder", layers=("workspace",), options=["a", "b"]), CITATION
+    )
+    assert PersonaRequest.model_validate_json(original.model_dump_json()) == original
+    assert PersonaRequest.model_validate(original.model_dump(mode="json")) == original
+
+
+def test_a_learned_answer_is_not_asked_again_when_the_requirement_has_a_description(
+    agent: PersonaAgent,
+) -> None:
+    described = Requirement(
+        "citation style", description="how references and in-text citations are formatted"
+    )
+    question = agent.decide(request("ada", described))
+    agent.learn("ada", question, "APA")
+    assert agent.decide(request("ada", described)).action == "final"
+
+
+def test_one_requirement_never_takes_another_requirements_evidence(store: JsonlMemoryStore) -> None:
+    store.add("eve", PersonaMemory(topic="email tone", preference="warm but brief"))
+    store.add("eve", PersonaMemory(topic="email sign-off", preference="Best, Eve"))
+    both = [Requirement("email tone"), Requirement("email sign-off")]
+    decision = PersonaAgent(MemoryRetriever(store)).decide(request("eve", *both))
+    assert decision.action == "final"
+    assert [c.requirement for c in decision.constraints[:2]] == ["email tone", "email sign-off"]
+
+
+def test_evidence_is_not_repeated_as_guidance(store: JsonlMemoryStore) -> None:
+    old = datetime(2025, 1, 1, tzinfo=UTC)
+    for preference, when in (("APA", old), ("MLA", old + timedelta(days=1))):
+        store.add(
+            "ada",
+            MemoryRecord.of(
+                PersonaMemory(topic="citation style", preference=preference), created_at=when
+            ),
+        )
+    decision = PersonaAgent(MemoryRetriever(store)).decide(request("ada", CITATION))
+    ids = [c.memory_id for c in decision.constraints]
+    assert len(ids) == len(set(ids))

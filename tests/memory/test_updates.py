@@ -15,7 +15,7 @@ from autopersona_flows import (
     UpdateDecision,
     WorkspaceMemory,
 )
-from autopersona_flows.memory import FunctionResolver, HeuristicResolver
+from autopersona_flows.memory import FunctionResolver, HashingEmbedder, HeuristicResolver
 
 
 class Scripted:
@@ -208,3 +208,50 @@ def test_concurrent_updaters_in_several_processes_stay_correct(tmp_path: Path) -
     assert len(tones) == 1  # every writer saw the others' tone: one memory, 39 superseded versions
     assert len(store.history("ada", "persona", tones[0].id)) == 39
     assert len(memories) == 1 + 40
+
+
+def test_a_delete_whose_embedding_fails_changes_nothing(store: JsonlMemoryStore) -> None:
+    from autopersona_flows.memory import FunctionEmbedder, MemoryRetriever
+
+    calls = []
+
+    def flaky(texts):
+        calls.append(texts)
+        if len(calls) >= 2:  # the first call embeds the queries; the second, the write
+            raise RuntimeError("embedding service down")
+        return HashingEmbedder().embed(texts)
+
+    embedder = FunctionEmbedder(flaky, name=HashingEmbedder().name, dim=256)
+    MemoryUpdater(store).update("ada", "persona", tone("formal"))
+    before = store.snapshot_fingerprint("ada")
+    contradict = Scripted(lambda c: UpdateDecision(operation="delete", target_id=c[0].record.id))
+    updater = MemoryUpdater(store, embedder, contradict, retriever=MemoryRetriever(store, embedder))
+    with pytest.raises(RuntimeError, match="embedding service down"):
+        updater.update("ada", "persona", tone("casual"))
+    assert store.snapshot_fingerprint("ada") == before
+
+
+def test_a_decision_altered_after_validation_is_still_checked(store: JsonlMemoryStore) -> None:
+    MemoryUpdater(store).update("ada", "persona", tone("formal"))
+    before = store.snapshot_fingerprint("ada")
+    sneaky = Scripted(UpdateDecision(operation="add").model_copy(update={"operation": "merge"}))
+    with pytest.raises(ResolverError, match="operation"):
+        MemoryUpdater(store, resolver=sneaky).update("ada", "persona", tone("warm"))
+    assert store.snapshot_fingerprint("ada") == before
+
+
+def test_an_add_of_content_already_stored_is_a_noop(store: JsonlMemoryStore) -> None:
+    existing = MemoryUpdater(store).update("ada", "persona", tone("formal")).record
+    rewrite = Scripted(UpdateDecision(operation="add", content=tone("formal")))
+    decision = MemoryUpdater(store, resolver=rewrite).update("ada", "persona", tone("Formal!"))
+    assert (decision.operation, decision.record) == ("noop", existing)
+    assert len(store.list("ada", "persona")) == 1
+
+
+def test_the_updater_and_its_retriever_must_share_the_store(store: JsonlMemoryStore) -> None:
+    from autopersona_flows.memory import MemoryRetriever
+
+    with pytest.raises(ValueError, match="store object"):
+        MemoryUpdater(store, retriever=MemoryRetriever(JsonlMemoryStore(store.root)))
+    with pytest.raises(Exception, match="must be the same"):
+        MemoryUpdater(store, HashingEmbedder(dim=64), retriever=MemoryRetriever(store))
