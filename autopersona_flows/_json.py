@@ -1,4 +1,8 @@
-"""The one place that turns data into bytes: storage lines, canonical JSON and digests."""
+"""orjson in one place: canonical JSON and digests (fingerprints, content identity).
+
+Records themselves are serialised by pydantic (``model_dump_json``), which writes
+the same compact JSON; this module is for data that is not a model.
+"""
 
 from __future__ import annotations
 

@@ -19,7 +19,12 @@ from autopersona_flows.agent.evaluation import (
     read_clarification_cases,
     seed_memories,
 )
-from autopersona_flows.errors import AutopersonaError, SnapshotError
+from autopersona_flows.errors import (
+    AutopersonaError,
+    IngestionError,
+    MemoryStoreError,
+    SnapshotError,
+)
 from autopersona_flows.memory.embedders import get_embedder
 from autopersona_flows.memory.ingestion import ingest_task_history, read_task_records
 from autopersona_flows.memory.jsonl import JsonlMemoryStore
@@ -34,7 +39,7 @@ __all__ = ["export_snapshot", "import_snapshot", "main"]
 def _existing_store(path: str | Path) -> JsonlMemoryStore:
     root = Path(path)
     if not root.is_dir():
-        raise AutopersonaError(f"no memory store at {root}: the folder does not exist")
+        raise MemoryStoreError(f"no memory store at {root}: the folder does not exist")
     return JsonlMemoryStore(root)
 
 
@@ -107,7 +112,7 @@ def _cmd_ingest(args: argparse.Namespace) -> None:
             # half of the file ingested.
             records = list(read_task_records(file, path))
     except OSError as exc:
-        raise AutopersonaError(f"cannot read {path}: {exc.strerror}") from exc
+        raise IngestionError(f"cannot read {path}: {exc.strerror}") from exc
     store = JsonlMemoryStore(args.store)
     updater = MemoryUpdater(store, get_embedder(args.embedder))
     totals: Counter[str] = Counter()
@@ -225,6 +230,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.run(args)
     except AutopersonaError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # the file system said no: say what and where, no traceback
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)
         return 1
     return 0
 

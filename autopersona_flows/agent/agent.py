@@ -57,6 +57,8 @@ class PersonaAgent:
         self.policy = policy if policy is not None else EvidencePolicy()
         self.planner = planner if planner is not None else DefaultPlanner()
         self.updater = updater or MemoryUpdater(retriever.store, retriever=retriever)
+        if self.updater.store is not retriever.store:
+            raise ValueError("the updater must write to the store object the retriever reads")
         self.top_k = check_top_k(top_k)
         self.min_similarity = check_min_similarity(min_similarity)
         self.metrics = metrics

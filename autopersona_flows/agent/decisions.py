@@ -17,7 +17,7 @@ from pydantic import (
 )
 
 from autopersona_flows.errors import PolicyError
-from autopersona_flows.memory.records import JsonValue, MemoryLayer
+from autopersona_flows.memory.records import JsonValue, MemoryLayer, non_blank
 from autopersona_flows.memory.retrieval import MemoryBundle
 
 __all__ = [
@@ -33,13 +33,7 @@ __all__ = [
 ]
 
 
-def _non_blank(value: str) -> str:
-    if not value.strip():
-        raise ValueError("must not be empty")
-    return value
-
-
-NonBlank = Annotated[str, AfterValidator(_non_blank)]
+NonBlank = Annotated[str, AfterValidator(non_blank)]
 
 
 class _Model(BaseModel):

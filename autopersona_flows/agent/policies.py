@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
@@ -17,7 +16,7 @@ from autopersona_flows.agent.decisions import (
 from autopersona_flows.agent.planners import requirement_label
 from autopersona_flows.memory.records import PersonaMemory, TrajectoryMemory
 from autopersona_flows.memory.retrieval import MemoryBundle, ScoredMemory
-from autopersona_flows.memory.text import memory_text
+from autopersona_flows.memory.text import memory_text, normalise
 
 __all__ = ["EvidencePolicy", "FunctionPolicy", "Policy"]
 
@@ -49,10 +48,6 @@ class FunctionPolicy:
     def decide(self, request: PersonaRequest, memories: MemoryBundle) -> PersonaDecision:
         """Call the function; `PersonaAgent` validates what it returns."""
         return self._fn(request, memories)
-
-
-def _normalised(text: str) -> str:
-    return re.sub(r"\s+", " ", text).strip().casefold()
 
 
 def constraint_text(memory: ScoredMemory) -> str:
@@ -180,23 +175,23 @@ def _newest_of_topic(memory: ScoredMemory, pool: list[ScoredMemory]) -> ScoredMe
     content = memory.record.content
     if not isinstance(content, PersonaMemory):
         return memory
-    topic = _normalised(content.topic)
+    topic = normalise(content.topic)
     same = [
         other
         for other in pool
         if isinstance(other.record.content, PersonaMemory)
-        and _normalised(other.record.content.topic) == topic
+        and normalise(other.record.content.topic) == topic
     ]
     return max(same, key=lambda other: (other.record.updated_at, other.record.id))
 
 
 def _earlier_choices(requirement: Requirement, memories: MemoryBundle) -> list[str]:
-    topic = _normalised(requirement.name)
+    topic = normalise(requirement.name)
     choices = [
         memory.record.content.preference
         for memory in memories.persona
         if isinstance(memory.record.content, PersonaMemory)
-        and _normalised(memory.record.content.topic) == topic
+        and normalise(memory.record.content.topic) == topic
     ]
     return list(dict.fromkeys(choices))
 

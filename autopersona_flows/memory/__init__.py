@@ -23,7 +23,6 @@ from autopersona_flows.memory.ingestion import (
 from autopersona_flows.memory.jsonl import JsonlMemoryStore
 from autopersona_flows.memory.persona2web import (
     Persona2WebCase,
-    PersonaQuery,
     history_to_raw_tasks,
     load_persona2web,
     query_to_persona_request,
@@ -90,7 +89,6 @@ __all__ = [
     "MiniLMEmbedder",
     "Persona2WebCase",
     "PersonaMemory",
-    "PersonaQuery",
     "RawTaskRecord",
     "Resolver",
     "ScoredMemory",

@@ -27,12 +27,14 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes, *, make_parents: bool = True) -> None:
     """Replace ``path`` with ``data``: written to a temporary file, fsynced, renamed.
 
-    A reader (or a crash) sees the old content or the new, never a mix.
+    A reader (or a crash) sees the old content or the new, never a mix. Missing
+    parent folders are created unless ``make_parents`` is false.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if make_parents:
+        path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         try:

@@ -32,6 +32,7 @@ exclusive for writes, plus a thread lock per bank within the process.
 from __future__ import annotations
 
 import builtins
+import logging
 import os
 import secrets
 import threading
@@ -85,6 +86,8 @@ from autopersona_flows.memory.snapshots import MemoryChange, MemorySnapshot
 from autopersona_flows.memory.users import check_user_id, user_key
 
 __all__ = ["JsonlMemoryStore"]
+
+_log = logging.getLogger(__name__)
 
 _STORE_FORMAT = "autopersona-jsonl-store"
 _CHANGE_LOG = 4096  # recent changes kept per bank view for incremental `changes` calls
@@ -165,6 +168,10 @@ class _Bank:
         self._depth = 0
         self._exclusive = False
         self._reset()
+
+    def forget(self, *, keep_generation: bool) -> None:
+        """Drop the parsed view (e.g. of a corrupt file that is about to be replaced)."""
+        self._reset("unreadable" if keep_generation else None)
 
     def _reset(self, generation: str | None = None) -> None:
         self.records: dict[str, MemoryRecord] = {}
@@ -376,8 +383,7 @@ class _Bank:
         try:
             size = os.fstat(fd).st_size
             if size and os.pread(fd, 1, size - 1) != b"\n":
-                tail = os.pread(fd, min(size, 1 << 20), max(0, size - (1 << 20)))
-                os.ftruncate(fd, size - len(tail) + tail.rfind(b"\n") + 1)
+                os.ftruncate(fd, _after_last_newline(fd, size))
             write_all(fd, change.model_dump_json().encode() + b"\n")
             os.fsync(fd)
         finally:
@@ -427,7 +433,24 @@ class _Bank:
     def maybe_compact(self, min_dead: int, *, create_store: Path) -> None:
         dead = self.entries - len(self.records)
         if dead > max(min_dead, len(self.records)):
-            self.rewrite(self.records.values(), create_store=create_store, compacting=True)
+            try:
+                self.rewrite(self.records.values(), create_store=create_store, compacting=True)
+            except OSError as exc:
+                # The write that triggered this has landed; failing it now would make a
+                # caller retry (and duplicate) it. Compaction is retried on a later write.
+                _log.warning("compacting %s failed (%s); will retry later", self.path, exc)
+
+
+def _after_last_newline(fd: int, size: int, chunk: int = 1 << 20) -> int:
+    """The offset just past the last newline before ``size`` (0 if there is none)."""
+    end = size
+    while end > 0:
+        start = max(0, end - chunk)
+        found = os.pread(fd, end - start, start).rfind(b"\n")
+        if found >= 0:
+            return start + found + 1
+        end = start
+    return 0
 
 
 def _ensure_store(root: Path) -> None:
@@ -645,13 +668,21 @@ class JsonlMemoryStore:
         return sorted(found)
 
     @contextmanager
-    def _all_layers(self, user_id: str, *, exclusive: bool) -> Iterator[dict[str, _Bank]]:
+    def _all_layers(
+        self, user_id: str, *, exclusive: bool, overwrite: bool = False
+    ) -> Iterator[dict[str, _Bank]]:
         # A fixed lock order (LAYERS) keeps two multi-bank callers from deadlocking.
         banks = {layer: self._bank(user_id, layer) for layer in LAYERS}
         with ExitStack() as stack:
             for bank in banks.values():
                 stack.enter_context(bank.hold(exclusive=exclusive))
-                bank.sync()
+                try:
+                    bank.sync()
+                except MemoryStoreCorruptionError:
+                    if not overwrite:
+                        raise
+                    # About to be replaced whole: a corrupt bank is what a restore repairs.
+                    bank.forget(keep_generation=bank.path.exists())
             yield banks
 
     def snapshot(self, user_id: str) -> MemorySnapshot:
@@ -670,9 +701,10 @@ class JsonlMemoryStore:
         """Load a snapshot into its user's bank; see `MemoryStore.restore`.
 
         Each layer is replaced atomically; with ``replace``, the records it drops
-        are not added to the change history.
+        are not added to the change history, and a corrupt bank is overwritten
+        (restoring an exported snapshot is how a corrupt bank is repaired).
         """
-        with self._all_layers(snapshot.user_id, exclusive=True) as banks:
+        with self._all_layers(snapshot.user_id, exclusive=True, overwrite=replace) as banks:
             existing = sum(len(bank.records) for bank in banks.values())
             if existing and not replace:
                 raise SnapshotError(

@@ -10,17 +10,20 @@ of cases) or JSONL (one case a line). Fields the adapter does not know are ignor
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autopersona_flows import _json
 from autopersona_flows.errors import IngestionError
 from autopersona_flows.memory.records import JsonValue, RawTaskRecord, Text
+from autopersona_flows.memory.text import json_text
+
+if TYPE_CHECKING:
+    from autopersona_flows.agent.decisions import PersonaRequest
 
 __all__ = [
     "Persona2WebCase",
-    "PersonaQuery",
     "history_to_raw_tasks",
     "load_persona2web",
     "query_to_persona_request",
@@ -47,19 +50,6 @@ class Persona2WebCase(BaseModel):
     user_id: Text
     history: list[RawTaskRecord] = Field(default_factory=list)
     query: Text
-    task: JsonValue = None
-
-
-class PersonaQuery(BaseModel):
-    """A new request of a user, as the PersonaAgent will receive it.
-
-    A stand-in until the agent's own request type exists.
-    """
-
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
-
-    user_id: Annotated[str, Field(min_length=1)]
-    query: str
     task: JsonValue = None
 
 
@@ -145,6 +135,10 @@ def history_to_raw_tasks(case: Persona2WebCase) -> list[RawTaskRecord]:
     return list(case.history)
 
 
-def query_to_persona_request(case: Persona2WebCase) -> PersonaQuery:
-    """The case's new query as a request to the PersonaAgent."""
-    return PersonaQuery(user_id=case.user_id, query=case.query, task=case.task)
+def query_to_persona_request(case: Persona2WebCase) -> PersonaRequest:
+    """The case's new query as a request to the PersonaAgent (task details as its node)."""
+    # Imported here: the agent layer builds on this one, not the other way round.
+    from autopersona_flows.agent.decisions import NodeInfo, PersonaRequest  # noqa: PLC0415
+
+    node = None if case.task is None else NodeInfo(id="task", instruction=json_text(case.task))
+    return PersonaRequest(user_id=case.user_id, query=case.query, node=node)

@@ -135,7 +135,9 @@ class MemoryStore(Protocol):
         """Hold a bank's write lock across several calls (read, decide, write).
 
         Calls on the same bank from this thread inside the block reuse the lock;
-        other threads and processes wait until the block ends.
+        other threads and processes wait until the block ends. Inside the block,
+        touch only this bank (or banks of later layers in `LAYERS` order): taking
+        an earlier layer of the same user can deadlock against `snapshot`.
         """
         ...
 

@@ -93,7 +93,8 @@ def _check_json(value: Any, where: str = "", depth: int = 0) -> Any:  # noqa: PL
     raise ValueError(f"a {type(value).__name__}{where} cannot be stored as JSON")
 
 
-def _non_blank(value: str) -> str:
+def non_blank(value: str) -> str:
+    """Return ``value`` unless it is empty or only white space."""
     if not value.strip():
         raise ValueError("must not be empty")
     return value
@@ -120,7 +121,7 @@ class TrajectoryMemory(_Strict):
 
     layer: ClassVar[MemoryLayer] = "trajectory"
 
-    query: Annotated[Text, AfterValidator(_non_blank)]
+    query: Annotated[Text, AfterValidator(non_blank)]
     trace: list[JsonValue] = Field(default_factory=list)
     outcome: JsonValue = None
     insight: Text = ""
@@ -159,8 +160,8 @@ class PersonaMemory(_Strict):
 
     layer: ClassVar[MemoryLayer] = "persona"
 
-    topic: Annotated[Text, AfterValidator(_non_blank)]
-    preference: Annotated[Text, AfterValidator(_non_blank)]
+    topic: Annotated[Text, AfterValidator(non_blank)]
+    preference: Annotated[Text, AfterValidator(non_blank)]
     strategy: Text = ""
 
 
@@ -246,7 +247,7 @@ class Embedding(_Strict):
 
     model_config = ConfigDict(ser_json_bytes="base64", val_json_bytes="base64")
 
-    model: Annotated[Text, AfterValidator(_non_blank)]
+    model: Annotated[Text, AfterValidator(non_blank)]
     dim: Annotated[int, Field(gt=0)]
     vector: bytes
 
@@ -335,8 +336,8 @@ class RawTaskRecord(_Strict):
         persona: Preferences and constraints the task revealed.
     """
 
-    user_id: Annotated[Text, AfterValidator(_non_blank)]
-    query: Annotated[Text, AfterValidator(_non_blank)]
+    user_id: Annotated[Text, AfterValidator(non_blank)]
+    query: Annotated[Text, AfterValidator(non_blank)]
     trace: list[JsonValue] = Field(default_factory=list)
     outcome: JsonValue = None
     insight: Text = ""

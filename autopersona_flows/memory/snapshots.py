@@ -110,9 +110,17 @@ def write_snapshot(snapshot: MemorySnapshot, dest: str | Path) -> Path:
 
     Returns:
         The path written.
+
+    Raises:
+        SnapshotError: If ``dest``'s folder does not exist or cannot be written.
     """
     dest = Path(dest)
-    atomic_write(dest, _json.dumps(snapshot.model_dump(mode="json")) + b"\n")
+    try:
+        atomic_write(
+            dest, _json.dumps(snapshot.model_dump(mode="json")) + b"\n", make_parents=False
+        )
+    except OSError as exc:
+        raise SnapshotError(f"cannot write snapshot {dest}: {exc.strerror or exc}") from exc
     return dest
 
 

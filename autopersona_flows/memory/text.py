@@ -16,7 +16,7 @@ from typing import Any
 
 from autopersona_flows.memory.records import LayerContent, PersonaMemory, TrajectoryMemory
 
-__all__ = ["json_text", "memory_text", "stem", "terms"]
+__all__ = ["json_text", "memory_text", "normalise", "stem", "terms"]
 
 _WORD = re.compile(r"\w+")
 
@@ -71,6 +71,11 @@ def stem(word: str) -> str:
                 word = word[:-1]  # "preferred" -> "prefer", "stopping" -> "stop"
             return word
     return word
+
+
+def normalise(text: str) -> str:
+    """Case- and spacing-insensitive form of a short text such as a topic."""
+    return re.sub(r"\s+", " ", text).strip().casefold()
 
 
 def terms(text: str) -> list[str]:

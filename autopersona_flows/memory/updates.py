@@ -16,7 +16,6 @@ seen in the wild:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -39,7 +38,7 @@ from autopersona_flows.memory.retrieval import (
     SearchRequest,
     check_top_k,
 )
-from autopersona_flows.memory.text import memory_text
+from autopersona_flows.memory.text import memory_text, normalise
 from autopersona_flows.memory.users import check_user_id
 
 __all__ = [
@@ -110,10 +109,6 @@ class FunctionResolver:
         return self._fn(layer, new_content, candidates)
 
 
-def _normalised(text: str) -> str:
-    return re.sub(r"\s+", " ", text).strip().casefold()
-
-
 class HeuristicResolver:
     """The default resolver, with no LLM.
 
@@ -142,11 +137,11 @@ class HeuristicResolver:
     ) -> UpdateDecision:
         """Decide by topic for persona memories, by score for everything."""
         if isinstance(new_content, PersonaMemory):
-            topic = _normalised(new_content.topic)
+            topic = normalise(new_content.topic)
             for candidate in candidates:
                 old = candidate.record.content
-                if isinstance(old, PersonaMemory) and _normalised(old.topic) == topic:
-                    if _normalised(old.preference) == _normalised(new_content.preference):
+                if isinstance(old, PersonaMemory) and normalise(old.topic) == topic:
+                    if normalise(old.preference) == normalise(new_content.preference):
                         return UpdateDecision(
                             operation="noop",
                             target_id=candidate.record.id,

@@ -174,3 +174,27 @@ def test_corruption_appended_after_a_cached_view_is_caught_and_the_view_rebuilt(
         assert info.value.line == 5
     path.write_bytes(healthy)
     assert len(store.list("ada", "persona")) == 3
+
+
+def test_restoring_a_snapshot_repairs_a_corrupt_bank(tmp_path: Path) -> None:
+    path, lines = make_bank(tmp_path / "store")
+    store = JsonlMemoryStore(tmp_path / "store")
+    healthy = store.snapshot("ada")
+    path.write_bytes(b"\n".join([*lines[:2], b"{oops", *lines[2:]]) + b"\n")
+    with pytest.raises(MemoryStoreCorruptionError):
+        store.restore(healthy)  # without replace, nothing is overwritten
+    store.restore(healthy, replace=True)
+    assert store.snapshot_fingerprint("ada") == healthy.fingerprint
+    assert JsonlMemoryStore(tmp_path / "store").snapshot_fingerprint("ada") == healthy.fingerprint
+
+
+def test_a_torn_history_line_longer_than_a_mebibyte_is_cut_whole(tmp_path: Path) -> None:
+    store = JsonlMemoryStore(tmp_path)
+    record = store.add("ada", PersonaMemory(topic="t", preference="0"))
+    store.update("ada", "persona", record.id, PersonaMemory(topic="t", preference="1"))
+    (history,) = tmp_path.glob("users/*/persona.history.jsonl")
+    with history.open("ab") as file:
+        file.write(b'{"operation": "update", "before": "' + b"x" * (3 << 20))  # torn, 3 MiB
+    store.update("ada", "persona", record.id, PersonaMemory(topic="t", preference="2"))
+    changes = store.history("ada", "persona", record.id)
+    assert [c.before.content.preference for c in changes] == ["0", "1"]

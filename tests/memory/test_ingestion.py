@@ -15,6 +15,7 @@ from autopersona_flows import (
     TrajectoryMemory,
     WorkspaceMemory,
 )
+from autopersona_flows.agent import NodeInfo, PersonaRequest
 from autopersona_flows.errors import EmbeddingMismatchError, IngestionError
 from autopersona_flows.memory import (
     HashingEmbedder,
@@ -22,7 +23,6 @@ from autopersona_flows.memory import (
     MemoryRetriever,
     MemoryUpdater,
     Persona2WebCase,
-    PersonaQuery,
     SearchRequest,
     history_to_raw_tasks,
     ingest_task_history,
@@ -374,8 +374,10 @@ def test_history_to_raw_tasks_and_query_to_persona_request(tmp_path: Path) -> No
     assert [r.user_id for r in records] == ["bob", "bob"]
     assert [r.query for r in records] == ["book a hotel in Porto", "rent a car"]
     request = query_to_persona_request(loaded)
-    assert request == PersonaQuery(
-        user_id="bob", query="find me a flight to Porto", task={"site": "skyscanner"}
+    assert request == PersonaRequest(
+        user_id="bob",
+        query="find me a flight to Porto",
+        node=NodeInfo(id="task", instruction="site skyscanner"),
     )
 
 

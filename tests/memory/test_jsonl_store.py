@@ -293,3 +293,25 @@ def test_temporary_files_of_a_killed_rewrite_are_removed(
         store.update("ada", "persona", record.id, PersonaMemory(topic="t", preference=str(i)))
     assert not leftover.exists()
     assert store.get("ada", "persona", record.id).content.preference == "4"
+
+
+def test_a_failed_compaction_does_not_fail_the_write_that_landed(
+    store: JsonlMemoryStore, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from autopersona_flows.memory import jsonl
+
+    monkeypatch.setattr(JsonlMemoryStore, "compact_min_dead", 2)
+    record = store.add("ada", PersonaMemory(topic="t", preference="0"))
+
+    def disk_full(path: Path, data: bytes) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(jsonl, "atomic_write", disk_full)
+    for i in range(1, 6):  # each update triggers a compaction that fails
+        record = store.update(
+            "ada", "persona", record.id, PersonaMemory(topic="t", preference=str(i))
+        )
+    assert "No space left on device" in caplog.text
+    monkeypatch.undo()
+    assert JsonlMemoryStore(store.root).get("ada", "persona", record.id).content.preference == "5"
+    assert len(store.history("ada", "persona", record.id)) == 5

@@ -238,3 +238,16 @@ def test_users_and_verify_commands(store: JsonlMemoryStore, store_root: Path) ->
     broken = run_cli("verify", str(store_root))
     assert broken.returncode == 1
     assert f"{path}:3" in broken.stderr
+
+
+def test_export_into_a_missing_folder_fails_cleanly_and_creates_nothing(
+    store: JsonlMemoryStore, tmp_path: Path
+) -> None:
+    seed(store)
+    (tmp_path / "afile").write_text("not a folder")
+    for dest in (tmp_path / "typo" / "ada.json", tmp_path / "afile" / "ada.json"):
+        result = run_cli("export", str(store.root), "ada", str(dest))
+        assert result.returncode == 1
+        assert result.stderr.startswith("error: cannot write snapshot")
+        assert "Traceback" not in result.stderr
+    assert not (tmp_path / "typo").exists()
