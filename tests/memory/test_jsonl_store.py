@@ -298,7 +298,7 @@ def test_temporary_files_of_a_killed_rewrite_are_removed(
 def test_a_failed_compaction_does_not_fail_the_write_that_landed(
     store: JsonlMemoryStore, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from autopersona_flows.memory import jsonl
+    from autopersona_flows.memory import _banks
 
     monkeypatch.setattr(JsonlMemoryStore, "compact_min_dead", 2)
     record = store.add("ada", PersonaMemory(topic="t", preference="0"))
@@ -306,7 +306,7 @@ def test_a_failed_compaction_does_not_fail_the_write_that_landed(
     def disk_full(path: Path, data: bytes) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(jsonl, "atomic_write", disk_full)
+    monkeypatch.setattr(_banks, "atomic_write", disk_full)
     for i in range(1, 6):  # each update triggers a compaction that fails
         record = store.update(
             "ada", "persona", record.id, PersonaMemory(topic="t", preference=str(i))

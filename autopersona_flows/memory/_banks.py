@@ -1,0 +1,435 @@
+"""One bank's log file: its line format, its lock, and a process's parsed view of it.
+
+The file format is described in `autopersona_flows.memory.jsonl`; `JsonlMemoryStore`
+is the public face of this module.
+"""
+
+from __future__ import annotations
+
+import builtins
+import logging
+import os
+import secrets
+import threading
+from collections import deque
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+)
+
+from autopersona_flows import _json
+from autopersona_flows.errors import (
+    MemoryNotFoundError,
+    MemoryStoreCorruptionError,
+)
+from autopersona_flows.memory._files import (
+    atomic_write,
+    fsync_dir,
+    lock_file,
+    unlock_file,
+    write_all,
+)
+from autopersona_flows.memory.protocol import ChangeSet
+from autopersona_flows.memory.records import (
+    MemoryLayer,
+    MemoryRecord,
+    UtcDatetime,
+)
+from autopersona_flows.memory.snapshots import MemoryChange
+
+__all__ = [
+    "BANK_FORMAT",
+    "FORMAT_VERSION",
+    "STORE_FORMAT",
+    "Bank",
+    "Delete",
+    "Header",
+    "diagnose",
+    "ensure_store",
+    "now",
+    "record_line",
+]
+
+_log = logging.getLogger(__name__)
+
+_CHANGE_LOG = 4096  # recent changes kept per bank view for incremental `changes` calls
+BANK_FORMAT = "autopersona-memory-bank"
+STORE_FORMAT = "autopersona-jsonl-store"
+FORMAT_VERSION = 1
+
+
+class _Line(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+
+class Header(_Line):
+    format: Literal["autopersona-memory-bank"]
+    version: Literal[1]
+    user_id: str
+    layer: MemoryLayer
+    generation: str
+
+
+class Delete(_Line):
+    op: Literal["delete"]
+    id: str
+    at: UtcDatetime
+
+
+class _Batch(_Line):
+    op: Literal["batch"]
+    count: Annotated[int, Field(ge=2)]
+
+
+def _entry_kind(value: Any) -> str:
+    if isinstance(value, dict) and "op" in value:
+        return str(value["op"])
+    return "record"
+
+
+_ENTRY: TypeAdapter[MemoryRecord | Delete | _Batch] = TypeAdapter(
+    Annotated[
+        Annotated[MemoryRecord, Tag("record")]
+        | Annotated[Delete, Tag("delete")]
+        | Annotated[_Batch, Tag("batch")],
+        Discriminator(_entry_kind),
+    ]
+)
+
+
+def diagnose(raw: bytes, error: ValidationError) -> str:
+    """Say in plain words why a line failed to parse."""
+    try:
+        value = _json.loads(raw)
+    except _json.JSONDecodeError as exc:
+        return f"not valid JSON ({exc})"
+    if not isinstance(value, dict):
+        return f"a line must be a JSON object, found {type(value).__name__}"
+    return f"invalid entry: {error}"
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def record_line(record: MemoryRecord) -> bytes:
+    return record.model_dump_json().encode() + b"\n"
+
+
+class Bank:
+    """One (user, layer) log: its lock, and this process's parsed view of it."""
+
+    def __init__(self, folder: Path, user_id: str, layer: MemoryLayer) -> None:
+        self.folder = folder
+        self.user_id = user_id
+        self.layer: MemoryLayer = layer
+        self.path = folder / f"{layer}.jsonl"
+        self.history_path = folder / f"{layer}.history.jsonl"
+        self.lock_path = folder / f"{layer}.lock"
+        self._thread_lock = threading.RLock()
+        self._lock_fd: int | None = None
+        self._depth = 0
+        self._exclusive = False
+        self._reset()
+
+    def forget(self, *, keep_generation: bool) -> None:
+        """Drop the parsed view (e.g. of a corrupt file that is about to be replaced)."""
+        self._reset("unreadable" if keep_generation else None)
+
+    def _reset(self, generation: str | None = None) -> None:
+        self.records: dict[str, MemoryRecord] = {}
+        # Change feed: every put or removal gets the next sequence number; a reset
+        # starts a new epoch, which tells `changes` callers to start over.
+        self.epoch = secrets.token_hex(4)
+        self.seq = 0
+        self.changed: deque[tuple[int, str]] = deque(maxlen=_CHANGE_LOG)
+        self.generation = generation
+        self.offset = 0  # end of the last complete entry
+        self.lines = 0  # complete lines up to offset, header included
+        self.entries = 0  # entry lines up to offset, header excluded
+        self.size = 0  # file size when last read; > offset means a torn tail
+        self.stat_key: tuple[int, ...] | None = None
+
+    # -- locking ---------------------------------------------------------------------------
+
+    @contextmanager
+    def hold(self, *, exclusive: bool) -> Iterator[None]:
+        """Hold this bank's lock; re-entrant within a thread."""
+        with self._thread_lock:
+            if self._depth == 0:
+                if exclusive and not self.folder.is_dir():
+                    self.folder.mkdir(parents=True, exist_ok=True)
+                self._lock_fd = lock_file(self.lock_path, exclusive=exclusive)
+                self._exclusive = exclusive
+            elif exclusive and not self._exclusive:
+                raise RuntimeError("a shared bank lock cannot be upgraded to an exclusive one")
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+                if self._depth == 0 and self._lock_fd is not None:
+                    unlock_file(self._lock_fd)
+                    self._lock_fd = None
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def sync(self) -> None:
+        """Bring the parsed view up to date with the file (call with the lock held)."""
+        try:
+            stat = self.path.stat()
+        except FileNotFoundError:
+            self._reset()
+            return
+        key = (stat.st_ino, stat.st_dev, stat.st_size, stat.st_mtime_ns)
+        with self.path.open("rb") as file:
+            header_line = file.readline()
+            # The key alone is not proof of "unchanged": with coarse timestamps a torn
+            # tail can be cut and refilled to the same size within one tick, and a
+            # replaced file can reuse the old inode. So a known torn tail is always
+            # re-read, and the header's generation always checked.
+            header = self._parse_header(header_line)
+            if (key, self.size, header.generation) == (self.stat_key, self.offset, self.generation):
+                return
+            same_file = (
+                self.stat_key is not None
+                and header.generation == self.generation
+                and key[:2] == self.stat_key[:2]
+                and stat.st_size >= self.offset
+            )
+            if not same_file:
+                self._reset(header.generation)
+                self.offset, self.lines = len(header_line), 1
+            file.seek(self.offset)
+            data = file.read()
+        try:
+            self._apply(data)
+        except MemoryStoreCorruptionError:
+            self._reset()  # a half-applied view must not survive; the next call starts over
+            raise
+        self.stat_key = key
+
+    def _parse_header(self, line: bytes) -> Header:
+        if not line.endswith(b"\n"):
+            raise MemoryStoreCorruptionError(self.path, 1, "the header line is missing or cut")
+        try:
+            header = Header.model_validate_json(line)
+        except ValidationError as exc:
+            raise MemoryStoreCorruptionError(self.path, 1, diagnose(line, exc)) from None
+        if header.user_id != self.user_id or header.layer != self.layer:
+            raise MemoryStoreCorruptionError(
+                self.path,
+                1,
+                f"the header names user {header.user_id!r}, layer {header.layer!r}; "
+                f"this file belongs to user {self.user_id!r}, layer {self.layer!r}",
+            )
+        return header
+
+    def _apply(self, data: bytes) -> None:
+        """Parse appended ``data`` and commit its complete entries to the view."""
+        pos = committed = 0
+        line_no = self.lines
+        batch: list[MemoryRecord] = []
+        batch_size = 0
+        while (end := data.find(b"\n", pos)) >= 0:
+            raw = data[pos:end]
+            line_no += 1
+            try:
+                entry = _ENTRY.validate_json(raw)
+            except ValidationError as exc:
+                raise MemoryStoreCorruptionError(self.path, line_no, diagnose(raw, exc)) from None
+            if batch_size:
+                if not isinstance(entry, MemoryRecord):
+                    raise MemoryStoreCorruptionError(
+                        self.path, line_no, f"a batch of {batch_size} records ended early"
+                    )
+                batch.append(entry)
+                if len(batch) == batch_size:
+                    self._commit(batch, batch_size + 1)
+                    batch, batch_size = [], 0
+            elif isinstance(entry, _Batch):
+                batch_size = entry.count
+            elif isinstance(entry, Delete):
+                if entry.id not in self.records:
+                    raise MemoryStoreCorruptionError(
+                        self.path, line_no, f"deletes {entry.id!r}, which is not in the bank"
+                    )
+                self.remove(entry.id)
+                self.entries += 1
+            else:
+                self._commit([entry], 1)
+            pos = end + 1
+            if not batch_size:
+                committed, self.lines = pos, line_no
+        self.offset += committed
+        self.size = self.offset + len(data) - committed
+
+    def _commit(self, records: list[MemoryRecord], lines: int) -> None:
+        for record in records:
+            self.put(record)
+        self.entries += lines
+
+    def put(self, record: MemoryRecord) -> None:
+        self.records[record.id] = record
+        self.seq += 1
+        self.changed.append((self.seq, record.id))
+
+    def remove(self, memory_id: str) -> None:
+        del self.records[memory_id]
+        self.seq += 1
+        self.changed.append((self.seq, memory_id))
+
+    def changes_since(self, cursor: str | None) -> ChangeSet:
+        now = f"{self.epoch}:{self.seq}"
+        epoch, _, seq_text = (cursor or "").partition(":")
+        since = int(seq_text) if epoch == self.epoch and seq_text.isdigit() else -1
+        oldest = self.changed[0][0] if self.changed else self.seq + 1
+        if since < 0 or since > self.seq or since < oldest - 1:
+            return ChangeSet(cursor=now, full=True, records=[*self.records.values()])
+        if since == self.seq:
+            return ChangeSet(cursor=now, full=False, records=[])
+        # In change order, so that every view indexes records in the same order.
+        ids = dict.fromkeys(memory_id for seq, memory_id in self.changed if seq > since)
+        return ChangeSet(
+            cursor=now,
+            full=False,
+            records=[self.records[i] for i in ids if i in self.records],
+            deleted=[i for i in ids if i not in self.records],
+        )
+
+    def require(self, memory_id: str) -> MemoryRecord:
+        try:
+            return self.records[memory_id]
+        except KeyError:
+            raise MemoryNotFoundError(self.user_id, self.layer, memory_id) from None
+
+    def read_history(self) -> builtins.list[MemoryChange]:
+        try:
+            data = self.history_path.read_bytes()
+        except FileNotFoundError:
+            return []
+        changes = []
+        for line_no, raw in enumerate(data.split(b"\n")[:-1], start=1):
+            try:
+                changes.append(MemoryChange.model_validate_json(raw))
+            except ValidationError as exc:
+                raise MemoryStoreCorruptionError(
+                    self.history_path, line_no, diagnose(raw, exc)
+                ) from None
+        return changes
+
+    # -- writing (exclusive lock held, view synced) ----------------------------------------
+
+    def append(self, data: bytes, lines: int, *, create_store: Path) -> None:
+        """Append complete entry lines durably, repairing a torn tail first."""
+        if self.generation is None:
+            self._create(create_store)
+        elif self.size > self.offset:
+            # An earlier writer died mid-append; its entry was never acknowledged.
+            os.truncate(self.path, self.offset)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        try:
+            write_all(fd, data)
+            os.fsync(fd)
+            stat = os.fstat(fd)
+        finally:
+            os.close(fd)
+        self.offset += len(data)
+        self.size = self.offset
+        self.lines += lines
+        self.entries += lines
+        self.stat_key = (stat.st_ino, stat.st_dev, stat.st_size, stat.st_mtime_ns)
+
+    def append_history(self, change: MemoryChange) -> None:
+        """Append one change to the history file, cutting a torn last line first."""
+        fd = os.open(self.history_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                os.ftruncate(fd, _after_last_newline(fd, size))
+            write_all(fd, change.model_dump_json().encode() + b"\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def rewrite(
+        self, records: Iterable[MemoryRecord], *, create_store: Path, compacting: bool = False
+    ) -> None:
+        """Replace the bank with exactly ``records`` under a new generation.
+
+        A compaction keeps the same records, so this process's change feed goes on
+        uninterrupted; any other rewrite starts a new epoch.
+        """
+        if self.generation is None:
+            ensure_store(create_store)
+        # Only the holder of the exclusive lock writes this bank's temporary files, so
+        # any left over are from a writer killed mid-rewrite.
+        for stale in self.folder.glob(f".{self.path.name}.*.tmp"):
+            stale.unlink(missing_ok=True)
+        records = list(records)
+        header = Header(
+            format=BANK_FORMAT,
+            version=FORMAT_VERSION,
+            user_id=self.user_id,
+            layer=self.layer,
+            generation=secrets.token_hex(8),
+        )
+        head = header.model_dump_json().encode() + b"\n"
+        atomic_write(self.path, head + b"".join(record_line(record) for record in records))
+        stat = self.path.stat()
+        if compacting:
+            self.generation = header.generation
+        else:
+            self._reset(header.generation)
+            for record in records:
+                self.put(record)
+        self.offset = self.size = stat.st_size
+        self.lines, self.entries = 1 + len(records), len(records)
+        self.stat_key = (stat.st_ino, stat.st_dev, stat.st_size, stat.st_mtime_ns)
+
+    def _create(self, store_root: Path) -> None:
+        self.rewrite([], create_store=store_root)
+        # Make the new user folder itself durable, not only the file inside it.
+        fsync_dir(self.folder.parent)
+        fsync_dir(store_root)
+
+    def maybe_compact(self, min_dead: int, *, create_store: Path) -> None:
+        dead = self.entries - len(self.records)
+        if dead > max(min_dead, len(self.records)):
+            try:
+                self.rewrite(self.records.values(), create_store=create_store, compacting=True)
+            except OSError as exc:
+                # The write that triggered this has landed; failing it now would make a
+                # caller retry (and duplicate) it. Compaction is retried on a later write.
+                _log.warning("compacting %s failed (%s); will retry later", self.path, exc)
+
+
+def _after_last_newline(fd: int, size: int, chunk: int = 1 << 20) -> int:
+    """The offset just past the last newline before ``size`` (0 if there is none)."""
+    end = size
+    while end > 0:
+        start = max(0, end - chunk)
+        found = os.pread(fd, end - start, start).rfind(b"\n")
+        if found >= 0:
+            return start + found + 1
+        end = start
+    return 0
+
+
+def ensure_store(root: Path) -> None:
+    marker = root / "store.json"
+    if not marker.exists():
+        atomic_write(
+            marker, _json.dumps({"format": STORE_FORMAT, "version": FORMAT_VERSION}) + b"\n"
+        )
