@@ -17,7 +17,10 @@ each also inherits the builtin it refines, so ``except ValueError`` keeps workin
     ├── IngestionError (ValueError)
     ├── PolicyError (ValueError)
     ├── EvaluationError (ValueError)
-    └── GraphError (ValueError)
+    ├── GraphError (ValueError)
+    ├── FlowConfigurationError (ValueError)
+    ├── NodeOutputError (TypeError)
+    └── ClarificationTimeoutError
 
 Invalid record contents raise pydantic's `ValidationError` (a `ValueError`),
 which names every offending field.
@@ -29,16 +32,19 @@ from pathlib import Path
 
 __all__ = [
     "AutopersonaError",
+    "ClarificationTimeoutError",
     "DuplicateMemoryError",
     "EmbedderError",
     "EmbeddingMismatchError",
     "EvaluationError",
+    "FlowConfigurationError",
     "GraphError",
     "IngestionError",
     "InvalidUserIdError",
     "MemoryNotFoundError",
     "MemoryStoreCorruptionError",
     "MemoryStoreError",
+    "NodeOutputError",
     "PolicyError",
     "ResolverError",
     "RetrievalError",
@@ -143,3 +149,19 @@ class GraphError(AutopersonaError, ValueError):
 
     A duplicate id, an unknown dependency, a cycle, or a tool that cannot be imported.
     """
+
+
+class FlowConfigurationError(AutopersonaError, ValueError):
+    """A persona flow is missing its agent or has invalid options; never retried."""
+
+
+class NodeOutputError(AutopersonaError, TypeError):
+    """A node's tool returned something that is not a JSON value.
+
+    Node results feed later nodes' cache keys and are stored as JSON, so a tool
+    must return JSON values (dicts, lists, text, numbers, booleans, None).
+    """
+
+
+class ClarificationTimeoutError(AutopersonaError):
+    """Nobody answered a clarifying question in time; the run fails with the question."""

@@ -1,9 +1,26 @@
 """Memory-aware task graphs on Prefect: the only layer of autopersona-flows that imports Prefect.
 
-So far this holds the task graph model; the Prefect flow, its persona pre-hook and
-clarification pause come next.
+Before each node a PersonaAgent decides; a clarification pauses (or suspends) the
+run with a typed form answered in the Prefect UI; every step is cached so a
+resumed run repeats no tool call.
 """
 
+from autopersona_flows.flows.cache_policies import NodeCachePolicy, node_cache_key
+from autopersona_flows.flows.context import NodeContext, PersonaRuntime, persona_runtime
+from autopersona_flows.flows.flow import persona_graph, run_persona_graph
 from autopersona_flows.flows.graph import TaskGraph, TaskNode, resolve_tool
+from autopersona_flows.flows.serializers import OrjsonSerializer
 
-__all__ = ["TaskGraph", "TaskNode", "resolve_tool"]
+__all__ = [
+    "NodeCachePolicy",
+    "NodeContext",
+    "OrjsonSerializer",
+    "PersonaRuntime",
+    "TaskGraph",
+    "TaskNode",
+    "node_cache_key",
+    "persona_graph",
+    "persona_runtime",
+    "resolve_tool",
+    "run_persona_graph",
+]

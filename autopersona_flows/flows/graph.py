@@ -67,6 +67,7 @@ class TaskNode(BaseModel):
             (an import path keeps the graph serialisable, e.g. for deployments).
         depends_on: Ids of the nodes whose outputs this one needs.
         requires: What the step must know about the person before it runs.
+        retries: How often Prefect retries the tool when it raises.
     """
 
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
@@ -76,6 +77,7 @@ class TaskNode(BaseModel):
     tool: Annotated[Any, AfterValidator(_tool)]
     depends_on: list[str] = Field(default_factory=list)
     requires: list[Requirement] = Field(default_factory=list)
+    retries: Annotated[int, Field(ge=0)] = 0
 
     @field_validator("depends_on")
     @classmethod

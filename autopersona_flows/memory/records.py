@@ -38,6 +38,7 @@ __all__ = [
     "TrajectoryMemory",
     "WorkspaceMemory",
     "as_content",
+    "check_json",
     "content_type",
 ]
 
@@ -61,7 +62,8 @@ def _check_text(value: str) -> str:
     return value
 
 
-def _check_json(value: Any, where: str = "", depth: int = 0) -> Any:  # noqa: PLR0912 - one branch per JSON type
+def check_json(value: Any, where: str = "", depth: int = 0) -> Any:  # noqa: PLR0912 - one branch per JSON type
+    """Return ``value`` if JSON can hold it exactly; else raise ``ValueError`` saying where."""
     if depth > _MAX_DEPTH:
         raise ValueError(f"value{where} is nested deeper than {_MAX_DEPTH} levels")
     if value is None or isinstance(value, bool):
@@ -81,14 +83,14 @@ def _check_json(value: Any, where: str = "", depth: int = 0) -> Any:  # noqa: PL
             raise ValueError(f"string{where}: {exc}") from None
     if isinstance(value, list):
         for index, item in enumerate(value):
-            _check_json(item, f"{where}[{index}]", depth + 1)
+            check_json(item, f"{where}[{index}]", depth + 1)
         return value
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
                 raise ValueError(f"object key {key!r}{where} is not a string")
             _check_text(key)
-            _check_json(item, f"{where}[{key!r}]", depth + 1)
+            check_json(item, f"{where}[{key!r}]", depth + 1)
         return value
     raise ValueError(f"a {type(value).__name__}{where} cannot be stored as JSON")
 
@@ -101,7 +103,7 @@ def non_blank(value: str) -> str:
 
 
 Text = Annotated[str, AfterValidator(_check_text)]
-JsonValue = Annotated[Any, AfterValidator(_check_json)]
+JsonValue = Annotated[Any, AfterValidator(check_json)]
 """Any value JSON can hold: null, booleans, 64-bit integers, finite floats, text, lists, objects."""
 
 

@@ -1,0 +1,103 @@
+"""Asking the person: a typed resume form in the Prefect UI, and waiting for the answer."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from prefect.artifacts import create_markdown_artifact
+from prefect.context import FlowRunContext
+from prefect.exceptions import FlowPauseTimeout
+from prefect.flow_runs import pause_flow_run, suspend_flow_run
+from prefect.input import RunInput
+from pydantic import Field, create_model
+
+from autopersona_flows import _json
+from autopersona_flows.agent.decisions import ClarifyDecision
+from autopersona_flows.errors import ClarificationTimeoutError
+from autopersona_flows.flows.context import PersonaRuntime
+
+__all__ = ["ask", "clarification_form", "clarification_key", "question_markdown"]
+
+_UNSAFE = re.compile(r"[^a-z0-9-]+")
+
+
+def clarification_key(node_id: str, decision: ClarifyDecision) -> str:
+    """A deterministic pause key for this question at this node.
+
+    Prefect accepts only lowercase letters, digits and dashes (an underscore breaks
+    the run *after* it paused), and a key that already fired returns its stored
+    answer instead of pausing, which is what makes a resumed run skip the question.
+    """
+    slug = _UNSAFE.sub("-", node_id.lower()).strip("-")[:40] or "node"
+    digest = _json.digest({"node": node_id, "question": decision.question})[:10]
+    return f"clarify-{slug}-{digest}"
+
+
+def question_markdown(node_id: str, decision: ClarifyDecision) -> str:
+    """The question with its evidence, as shown in the resume dialog and the artifact."""
+    lines = [f"### Step `{node_id}` needs an answer", "", f"**{decision.question}**", ""]
+    if decision.options:
+        lines += ["Options: " + ", ".join(f"`{option}`" for option in decision.options), ""]
+    evidence = list(decision.memories)[:5]
+    if evidence:
+        lines += ["What memory holds that came close:", ""]
+        lines += [f"- {m.record.layer} `{m.record.id}` (score {m.score:.2f})" for m in evidence]
+        lines.append("")
+    lines.append("The answer is remembered, so this is not asked again.")
+    return "\n".join(lines)
+
+
+def clarification_form(decision: ClarifyDecision) -> type[RunInput]:
+    """The typed input the resume dialog renders: a required ``answer`` field.
+
+    With options it is a choice (an enum in the form); without, non-empty text. No
+    default is given on purpose: if every field had one, Prefect would accept an
+    empty resume.
+    """
+    answer_type: Any = (
+        Literal[tuple(decision.options)]  # type: ignore[valid-type]
+        if decision.options
+        else Annotated[str, Field(min_length=1)]
+    )
+    return create_model(
+        "Clarification",
+        __base__=RunInput,
+        answer=(answer_type, Field(description=decision.question)),
+    )
+
+
+def ask(node_id: str, decision: ClarifyDecision, runtime: PersonaRuntime) -> str:
+    """Show the question and wait for the answer; return it.
+
+    Suspends the run when it belongs to a deployment (the worker is freed and the
+    flow re-runs from the top on resume), pauses it otherwise, as ``pause_mode``
+    says. Prefect's ``Pause`` signal passes through untouched.
+
+    Raises:
+        ClarificationTimeoutError: If nobody answers within ``pause_timeout``.
+    """
+    key = clarification_key(node_id, decision)
+    markdown = question_markdown(node_id, decision)
+    flow_run = FlowRunContext.get().flow_run if FlowRunContext.get() else None
+    suspend = runtime.pause_mode == "suspend" or (
+        runtime.pause_mode == "auto" and flow_run is not None and flow_run.deployment_id is not None
+    )
+    create_markdown_artifact(markdown=markdown, key=key, description=decision.question)
+    form = clarification_form(decision).with_initial_data(description=markdown)
+    try:
+        if suspend:
+            answer = suspend_flow_run(wait_for_input=form, timeout=runtime.pause_timeout, key=key)
+        else:
+            answer = pause_flow_run(
+                wait_for_input=form,
+                timeout=runtime.pause_timeout,
+                poll_interval=runtime.poll_interval,  # type: ignore[arg-type] - floats work
+                key=key,
+            )
+    except FlowPauseTimeout:
+        raise ClarificationTimeoutError(
+            f"nobody answered {decision.question!r} (step {node_id!r}) within "
+            f"{runtime.pause_timeout} s"
+        ) from None
+    return str(answer.answer)

@@ -1,0 +1,148 @@
+"""The Prefect flow that runs a task graph for a user, consulting memory before each node."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from prefect import flow
+from prefect.artifacts import create_table_artifact
+from prefect.futures import PrefectFuture, wait
+
+from autopersona_flows.agent.agent import PersonaAgent
+from autopersona_flows.agent.decisions import ClarifyDecision, NodeInfo
+from autopersona_flows.flows.context import current_runtime, persona_runtime
+from autopersona_flows.flows.graph import TaskGraph, resolve_tool
+from autopersona_flows.flows.tasks import NodeSteps, StepCounter, episode_of
+
+__all__ = ["persona_graph", "run_persona_graph"]
+
+
+@flow(name="persona-graph", validate_parameters=False)
+def persona_graph(
+    graph: TaskGraph, user_id: str, query: str, episode_id: str | None = None
+) -> dict[str, Any]:
+    """Run ``graph`` for ``user_id``: before each node the PersonaAgent decides.
+
+    A final decision runs the node's tool with its `NodeContext`; a clarification
+    asks the person through the Prefect UI (pause or suspend), learns the answer
+    and runs the node with it. Independent nodes run concurrently on the flow's
+    task runner. Every step is cached by episode, node and inputs, so a resumed
+    run repeats no tool call.
+
+    Args:
+        graph: The task graph.
+        user_id: Whose memory to consult.
+        query: The user's request.
+        episode_id: Ties cache keys to an episode; the flow run's id by default. Pass
+            a stable one to make a retry as a new run replay completed nodes.
+
+    Returns:
+        ``outputs`` per node, the ``decisions`` taken, and run ``metrics``.
+    """
+    started = time.perf_counter()
+    runtime = current_runtime()
+    counter = StepCounter()
+    steps = NodeSteps(runtime, episode_of(runtime, episode_id), counter)
+    tools = list(graph.order)
+    futures: dict[str, PrefectFuture[Any]] = {}
+    decisions: dict[str, dict[str, Any]] = {}
+    for node_id in graph.order:
+        node = graph.nodes[node_id]
+        info = NodeInfo(id=node.id, instruction=node.instruction)
+        decision, answer = steps.prepare(
+            info,
+            requirements=node.requires,
+            user_id=user_id,
+            query=query,
+            tools=tools,
+            in_flight=list(futures.values()),
+        )
+        run = steps.run_task(node.id, resolve_tool(node.tool), retries=node.retries)
+        inputs = {dependency: futures[dependency] for dependency in node.depends_on}
+        futures[node_id] = run.submit(
+            episode_id=steps.episode_id,
+            node_id=node.id,
+            inputs=steps.run_inputs(
+                info,
+                user_id=user_id,
+                query=query,
+                decision=decision,
+                answer=answer,
+                inputs=inputs,
+                tools=tools,
+            ),
+        )
+        decisions[node_id] = _summary(decision, answer)
+    wait(list(futures.values()))
+    outputs = {node_id: future.result() for node_id, future in futures.items()}
+    cached = sum(future.state.name == "Cached" for future in futures.values())
+    _decision_table(decisions)
+    return {
+        "outputs": outputs,
+        "decisions": decisions,
+        "metrics": {
+            "nodes": len(graph),
+            "decisions": counter.decisions,
+            "clarifications": counter.clarifications,
+            "tool_executions": counter.tool_executions,
+            "cache_hits": cached,
+            "seconds": round(time.perf_counter() - started, 3),
+        },
+    }
+
+
+def _summary(decision: Any, answer: str | None) -> dict[str, Any]:
+    summary: dict[str, Any] = {
+        "action": decision.action,
+        "constraints": [
+            {"text": c.text, "memory_id": c.memory_id, "score": round(c.score, 3)}
+            for c in getattr(decision, "constraints", [])
+        ],
+    }
+    if isinstance(decision, ClarifyDecision):
+        summary |= {"question": decision.question, "answer": answer}
+    return summary
+
+
+def _decision_table(decisions: dict[str, dict[str, Any]]) -> None:
+    create_table_artifact(
+        key="persona-decisions",
+        table=[
+            {
+                "node": node_id,
+                "action": summary["action"],
+                "question": summary.get("question", ""),
+                "answer": summary.get("answer") or "",
+                "constraints": "; ".join(c["text"] for c in summary["constraints"]),
+                "memory ids": ", ".join(c["memory_id"] for c in summary["constraints"]),
+                "scores": ", ".join(str(c["score"]) for c in summary["constraints"]),
+            }
+            for node_id, summary in decisions.items()
+        ],
+        description="What the PersonaAgent decided before each node",
+    )
+
+
+def run_persona_graph(
+    graph: TaskGraph,
+    user_id: str,
+    query: str,
+    *,
+    episode_id: str | None = None,
+    agent: PersonaAgent | None = None,
+    **options: Any,
+) -> dict[str, Any]:
+    """Run a graph as a Prefect flow (ad hoc, in this process) and return its result.
+
+    Args:
+        graph: The task graph.
+        user_id: Whose memory to consult.
+        query: The user's request.
+        episode_id: See `persona_graph`.
+        agent: The PersonaAgent; from the enclosing `persona_runtime` if omitted.
+        **options: `PersonaRuntime` options (``pause_timeout``, ``poll_interval``,
+            ``result_storage``, ``pause_mode``).
+    """
+    with persona_runtime(agent, **options):
+        return persona_graph(graph=graph, user_id=user_id, query=query, episode_id=episode_id)
