@@ -7,6 +7,7 @@ resumed run repeats no tool call.
 
 from autopersona_flows.flows.cache_policies import NodeCachePolicy, node_cache_key
 from autopersona_flows.flows.context import NodeContext, PersonaRuntime, persona_runtime
+from autopersona_flows.flows.decorators import PersonaTask, persona_task
 from autopersona_flows.flows.flow import persona_graph, run_persona_graph
 from autopersona_flows.flows.graph import TaskGraph, TaskNode, resolve_tool
 from autopersona_flows.flows.serializers import OrjsonSerializer
@@ -16,11 +17,13 @@ __all__ = [
     "NodeContext",
     "OrjsonSerializer",
     "PersonaRuntime",
+    "PersonaTask",
     "TaskGraph",
     "TaskNode",
     "node_cache_key",
     "persona_graph",
     "persona_runtime",
+    "persona_task",
     "resolve_tool",
     "run_persona_graph",
 ]
