@@ -1,103 +1,204 @@
-"""Quickstart: a user's three-layer memory bank on the embedded JSONL store.
+"""Quickstart: a memory-aware task graph on Prefect that asks once, then remembers.
 
-Runs offline in a temporary folder, with no server and no API key::
+Runs offline and unattended, with no server to start and no API key::
 
     python examples/quickstart.py
 
-It stores a few completed tasks of one user, learns that a preference changed,
-reads the bank back from a second store instance (as another process would), and
-prints what each layer holds, the change history, and the snapshot fingerprint.
+1. A memory store in a temporary folder is seeded with two past tasks of Ada's.
+2. A four-node graph (gather sources, draft, format references, share) runs as a
+   Prefect flow on the embedded Prefect server. The PersonaAgent applies what it
+   knows (tone, summary length) but the references step needs a citation style
+   nobody has told it, so the run pauses with a typed question.
+3. This script plays Ada: it waits for the Paused state, prints the question and
+   answers through the Prefect API (in the UI this is the resume dialog).
+4. The run finishes; each tool ran exactly once. The graph then runs again for
+   Ada and is not asked anything: the answer was remembered.
 """
 
 from __future__ import annotations
 
+import os
 import tempfile
+import threading
+import time
+from collections import Counter
 from pathlib import Path
 
-from autopersona_flows import (
+_workdir = Path(tempfile.mkdtemp(prefix="autopersona-quickstart-"))
+if "PREFECT_API_URL" not in os.environ:
+    # A private, embedded Prefect: nothing to start, nothing left behind elsewhere.
+    os.environ.setdefault("PREFECT_HOME", str(_workdir / "prefect"))
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("DO_NOT_TRACK", "1")
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+
+import orjson  # noqa: E402 - after the settings above
+from prefect.client.orchestration import get_client  # noqa: E402
+from prefect.client.schemas.filters import (  # noqa: E402
+    FlowRunFilter,
+    FlowRunFilterState,
+    FlowRunFilterStateType,
+)
+from prefect.client.schemas.objects import StateType  # noqa: E402
+from prefect.flow_runs import resume_flow_run  # noqa: E402
+
+from autopersona_flows import (  # noqa: E402
     JsonlMemoryStore,
+    MemoryRetriever,
+    MemoryUpdater,
+    PersonaAgent,
     PersonaMemory,
     RawTaskRecord,
-    TrajectoryMemory,
-    WorkspaceMemory,
+    Requirement,
+    ingest_task_history,
 )
+from autopersona_flows.flows import NodeContext, TaskGraph, TaskNode, run_persona_graph  # noqa: E402
+
+CALLS: Counter[str] = Counter()
 
 HISTORY = [
     RawTaskRecord(
         user_id="ada",
-        query="Summarise the three papers on retrieval for my reading group",
-        trace=["search library", "read abstracts", {"tool": "summarise", "papers": 3}],
-        outcome={"summary_words": 450},
-        insight="Ada wants short summaries with full citations",
-        task={"kind": "summary", "papers": 3},
-        interaction=[{"opened": "reading-group/notes.md"}],
-        state={"notes": "reading-group/notes.md", "status": "summary added"},
+        query="Summarise three papers on retrieval for my reading group",
+        trace=["search library", "read abstracts", "summarise"],
+        insight="Ada wants short summaries",
+        state={"notes": "reading-group/notes.md"},
         persona=[
-            PersonaMemory(
-                topic="citation style",
-                preference="APA",
-                strategy="format every reference in APA 7",
-            ),
-            PersonaMemory(topic="summary length", preference="under 500 words"),
+            PersonaMemory(topic="summary length", preference="under 300 words"),
+            PersonaMemory(topic="tone", preference="plain and friendly", strategy="no jargon"),
         ],
     ),
     RawTaskRecord(
         user_id="ada",
-        query="Draft the related-work section",
-        trace=["outline", "draft"],
-        outcome="draft saved",
-        insight="Ada reviews drafts in Markdown",
-        state={"draft": "paper/related-work.md"},
+        query="Share the notes with the group",
+        trace=["export to PDF", "email the group"],
+        state={"mailing list": "reading-group@lists.example"},
+        persona=[PersonaMemory(topic="sharing channel", preference="email the reading group")],
     ),
 ]
 
 
-def store_task(store: JsonlMemoryStore, record: RawTaskRecord) -> None:
-    """Write one completed task into the three layers of its user's bank."""
-    store.add(
-        record.user_id,
-        TrajectoryMemory(
-            query=record.query, trace=record.trace, outcome=record.outcome, insight=record.insight
+def gather_sources(context: NodeContext) -> dict:
+    """Find the papers to write about."""
+    CALLS["gather_sources"] += 1
+    return {"papers": ["Robertson 2009 (BM25)", "Reimers 2019 (Sentence-BERT)"]}
+
+
+def draft(context: NodeContext) -> dict:
+    """Draft the summary in Ada's tone and length."""
+    CALLS["draft"] += 1
+    papers = context.inputs["gather_sources"]["papers"]
+    return {"summary": f"{len(papers)} papers summarised", "applied": context.guidance}
+
+
+def format_references(context: NodeContext) -> dict:
+    """Format the references in the citation style Ada uses."""
+    CALLS["format_references"] += 1
+    style = context.answer or next(
+        (
+            c.text.split(": ", 1)[1]
+            for c in context.constraints
+            if c.requirement == "citation style"
         ),
+        "unknown",
     )
-    if record.task is not None or record.interaction or record.state is not None:
-        store.add(
-            record.user_id,
-            WorkspaceMemory(task=record.task, interaction=record.interaction, state=record.state),
-        )
-    store.add_many(record.user_id, "persona", record.persona)
+    papers = context.inputs["gather_sources"]["papers"]
+    return {"style": style, "references": [f"[{style}] {paper}" for paper in papers]}
+
+
+def share(context: NodeContext) -> dict:
+    """Share the summary the way Ada prefers."""
+    CALLS["share"] += 1
+    return {"shared": True, "how": [c.text for c in context.constraints]}
+
+
+GRAPH = TaskGraph(
+    [
+        TaskNode(id="gather_sources", instruction="Find the papers", tool=gather_sources),
+        TaskNode(
+            id="draft",
+            instruction="Draft the summary",
+            tool=draft,
+            depends_on=["gather_sources"],
+        ),
+        TaskNode(
+            id="format_references",
+            instruction="Format the references",
+            tool=format_references,
+            depends_on=["gather_sources"],
+            requires=[Requirement("citation style", options=["APA", "MLA", "Chicago"])],
+        ),
+        TaskNode(
+            id="share",
+            instruction="Share the summary with the group",
+            tool=share,
+            depends_on=["draft", "format_references"],
+            requires=[Requirement("sharing channel")],
+        ),
+    ]
+)
+
+
+def play_ada(answer: str) -> None:
+    """Wait for the paused run, show its question, and answer it through the API."""
+    paused = FlowRunFilter(
+        state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.PAUSED]))
+    )
+    with get_client(sync_client=True) as client:
+        for _ in range(1200):
+            runs = client.read_flow_runs(flow_run_filter=paused)
+            if runs:
+                keyset = runs[0].state.state_details.run_input_keyset or {}
+                # The resume dialog's text, stored by Prefect as a JSON string.
+                description = orjson.loads(
+                    client.read_flow_run_input(runs[0].id, keyset["description"])
+                )
+                question = next(line for line in description.splitlines() if line.startswith("**"))
+                print(f"\n[paused] {question.strip('*')}")
+                print(f"[ada answers] {answer}\n")
+                resume_flow_run(runs[0].id, run_input={"answer": answer})
+                return
+            time.sleep(0.25)
+    raise TimeoutError("the run never paused")
 
 
 def main() -> None:
-    """Run the quickstart in a temporary folder."""
-    with tempfile.TemporaryDirectory(prefix="autopersona-quickstart-") as folder:
-        store = JsonlMemoryStore(Path(folder) / "memory")
-        for record in HISTORY:
-            store_task(store, record)
+    """Seed memory, run the graph twice, and show what happened."""
+    store = JsonlMemoryStore(_workdir / "memory")
+    retriever = MemoryRetriever(store)
+    updater = MemoryUpdater(store, retriever=retriever)
+    for record in HISTORY:
+        ingest_task_history(store, updater, record)
+    agent = PersonaAgent(retriever, updater=updater)
+    options = {"agent": agent, "poll_interval": 0.5, "result_storage": _workdir / "results"}
 
-        # Ada changes her mind: the newest preference replaces the old one, which is
-        # kept in the change history.
-        apa = next(m for m in store.list("ada", "persona") if m.content.topic == "citation style")
-        store.update(
-            "ada",
-            "persona",
-            apa.id,
-            PersonaMemory(topic="citation style", preference="MLA", strategy="use MLA 9"),
-        )
+    with get_client(sync_client=True) as client:
+        client.hello()  # start the embedded server once, before the answering thread
+    ada = threading.Thread(target=play_ada, args=("APA",))
+    ada.start()
+    first = run_persona_graph(
+        GRAPH, "ada", "Summarise the retrieval papers and share them", **options
+    )
+    ada.join()
+    print("== first run")
+    for node, summary in first["decisions"].items():
+        print(f"  {node:18} {summary['action']:8} {summary.get('question') or ''}")
+    print(f"  references: {first['outputs']['format_references']['references']}")
+    print(f"  tool calls: {dict(CALLS)}")
+    print(f"  metrics:    {first['metrics']}")
 
-        reader = JsonlMemoryStore(Path(folder) / "memory")  # a fresh view, as another process
-        for layer in ("trajectory", "workspace", "persona"):
-            print(f"== {layer}")
-            for memory in reader.list("ada", layer):
-                print(f"  {memory.id}  {memory.content.model_dump_json()}")
-        print("== history of the citation style preference")
-        for change in reader.history("ada", "persona", apa.id):
-            print(
-                f"  {change.operation}: {change.before.content.preference!r} -> "
-                f"{change.after.content.preference if change.after else None!r}"
-            )
-        snapshot = reader.snapshot("ada")
-        print(f"== snapshot: {snapshot.counts}, fingerprint {snapshot.fingerprint[:16]}…")
+    second = run_persona_graph(
+        GRAPH, "ada", "Summarise the retrieval papers and share them", **options
+    )
+    asked = [
+        node for node, summary in second["decisions"].items() if summary["action"] == "clarify"
+    ]
+    print("== second run")
+    print(f"  questions asked: {asked or 'none'}")
+    print(f"  references: {second['outputs']['format_references']['references']}")
+    remembered = [m.content.preference for m in store.list("ada", "persona")]
+    print(f"  persona memory now: {remembered}")
 
 
 if __name__ == "__main__":

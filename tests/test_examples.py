@@ -1,5 +1,6 @@
 """Every example runs offline and prints what it promises."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -7,20 +8,27 @@ from pathlib import Path
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
-def test_quickstart_runs() -> None:
+def test_quickstart_asks_once_runs_each_tool_once_and_remembers() -> None:
+    # Its own embedded server and Prefect home, whatever the test session uses.
+    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "PREFECT_HOME")}
     result = subprocess.run(
         [sys.executable, str(EXAMPLES / "quickstart.py")],
         capture_output=True,
         text=True,
         check=False,
-        timeout=120,
+        timeout=400,
+        env=env,
     )
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
-    for layer in ("== trajectory", "== workspace", "== persona"):
-        assert layer in out
-    assert "update: 'APA' -> 'MLA'" in out
-    assert "{'trajectory': 2, 'workspace': 2, 'persona': 2}" in out
+    assert "[paused] Which citation style should I use for step 'format_references'" in out
+    assert "[ada answers] APA" in out
+    assert (
+        "tool calls: {'gather_sources': 1, 'draft': 1, 'format_references': 1, 'share': 1}" in out
+    )
+    assert "questions asked: none" in out
+    assert out.count("[APA] Robertson 2009 (BM25)") == 2  # applied in both runs
+    assert "'APA'" in out.split("persona memory now:")[1]
 
 
 def test_evaluate_clarification_runs_on_its_synthetic_set() -> None:
