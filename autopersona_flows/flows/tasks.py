@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from prefect import Task, task
 from prefect.context import FlowRunContext
+from prefect.filesystems import LocalFileSystem
 from prefect.futures import wait
+from prefect.results import ResultStore, get_default_result_storage
 
 from autopersona_flows import _json
 from autopersona_flows.agent.decisions import (
@@ -25,7 +28,7 @@ from autopersona_flows.agent.decisions import (
     parse_decision,
 )
 from autopersona_flows.errors import FlowConfigurationError, NodeOutputError
-from autopersona_flows.flows.cache_policies import NodeCachePolicy
+from autopersona_flows.flows.cache_policies import NodeCachePolicy, node_cache_key
 from autopersona_flows.flows.clarification import ask
 from autopersona_flows.flows.context import NodeContext, PersonaRuntime
 from autopersona_flows.flows.serializers import OrjsonSerializer
@@ -127,14 +130,20 @@ class NodeSteps:
         decision = parse_decision(_json.dumps(raw))
         if isinstance(decision, FinalDecision):
             return decision, None
-        # The cached decision may predate an answer given in an earlier attempt of this
-        # run (a retry): ask the agent again before asking the person again.
-        fresh = agent.decide(request)
-        if isinstance(fresh, FinalDecision):
-            return fresh, None
-        counter.add("clarifications")
-        wait(in_flight)  # nothing runs while we wait, so a suspend loses no work
-        answer = ask(node.id, decision, self.runtime)
+        # The answer is kept per episode, node and question: a replay of the episode
+        # (a new run, a retry) then rebuilds exactly the inputs the node ran with,
+        # instead of asking again or deciding afresh and missing the cache.
+        answers = self._answer_store()
+        key = node_cache_key(
+            "answer", self.episode_id, node.id, {"user_id": user_id, "question": decision.question}
+        )
+        if answers.exists(key):
+            answer = str(answers.read(key).result)
+        else:
+            counter.add("clarifications")
+            wait(in_flight)  # nothing runs while we wait, so a suspend loses no work
+            answer = ask(node.id, decision, self.runtime)
+            answers.write(answer, key=key)
 
         def learn(episode_id: str, node_id: str, inputs: dict[str, Any]) -> Any:
             result = agent.learn(user_id, decision, inputs["answer"])
@@ -149,6 +158,15 @@ class NodeSteps:
             inputs={"question": decision.question, "answer": answer, "user_id": user_id},
         )
         return decision, answer
+
+    def _answer_store(self) -> ResultStore:
+        storage = self.runtime.result_storage
+        if isinstance(storage, Path):
+            storage = LocalFileSystem(basepath=str(storage))
+        return ResultStore(
+            result_storage=storage or get_default_result_storage(),
+            serializer=OrjsonSerializer(),
+        )
 
     def run_task(self, node_id: str, tool: Callable[..., Any], retries: int = 0) -> Task:
         """The task that runs the node's tool with its `NodeContext`."""
