@@ -32,9 +32,11 @@ from autopersona_flows.flows.cache_policies import NodeCachePolicy, node_cache_k
 from autopersona_flows.flows.clarification import ask
 from autopersona_flows.flows.context import NodeContext, PersonaRuntime
 from autopersona_flows.flows.serializers import OrjsonSerializer
-from autopersona_flows.memory.records import JsonValue, check_json
+from autopersona_flows.memory.records import LAYERS, JsonValue, check_json
 
 __all__ = ["NodeSteps", "StepCounter", "episode_of", "json_inputs"]
+
+_EMBEDDINGS = {"memories": {layer: {"__all__": {"record": {"embedding"}}} for layer in LAYERS}}
 
 
 class StepCounter:
@@ -120,7 +122,8 @@ class NodeSteps:
         def decide(episode_id: str, node_id: str, inputs: dict[str, Any]) -> Any:
             counter.add("decisions")
             decision = agent.decide(PersonaRequest.model_validate_json(_json.dumps(inputs)))
-            return _json.loads(decision.model_dump_json())
+            # Embeddings would only weigh down every stored result and cache key.
+            return _json.loads(decision.model_dump_json(exclude=_EMBEDDINGS))
 
         raw = self._task(decide, "decide", f"decide-{node.id}")(
             episode_id=self.episode_id,
