@@ -1,0 +1,239 @@
+"""Fixtures for the Prefect flow tests: one test server per session, and recording tools.
+
+Only tests that request ``prefect_harness`` start the server, so the memory and agent
+tests stay fast. The tools are module-level functions (importable, picklable): each
+counts its calls per node id, keeps the `NodeContext` it received, and returns JSON.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import prefect.settings as ps
+import pytest
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import (
+    FlowRunFilter,
+    FlowRunFilterState,
+    FlowRunFilterStateType,
+)
+from prefect.client.schemas.objects import FlowRun, StateType
+from prefect.testing.utilities import prefect_test_harness
+
+from autopersona_flows.agent import PersonaAgent
+from autopersona_flows.flows import NodeContext
+from autopersona_flows.memory import JsonlMemoryStore, MemoryRetriever
+
+# --------------------------------------------------------------------------- harness
+
+
+@pytest.fixture(scope="session")
+def prefect_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A Prefect test server for the session, with a scratch PREFECT_HOME; yields the home.
+
+    Prefect reads its settings once, when it is imported (at collection), so the
+    environment alone would reach only subprocesses: the same values are also entered
+    as temporary settings for this process. The results folder is set in the settings
+    only, so a subprocess given another PREFECT_HOME keeps its results there too.
+    """
+    home = tmp_path_factory.mktemp("prefect-home")
+    env = {
+        "PREFECT_HOME": str(home),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+        "DO_NOT_TRACK": "1",
+    }
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        with (
+            ps.temporary_settings(
+                updates={
+                    ps.PREFECT_HOME: home,
+                    ps.PREFECT_RESULTS_LOCAL_STORAGE_PATH: home / "storage",
+                    ps.PREFECT_SERVER_ANALYTICS_ENABLED: False,
+                    ps.PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS: 120,
+                }
+            ),
+            prefect_test_harness(server_startup_timeout=120),
+        ):
+            # Warm the client in this thread: threads that race into the first
+            # get_client() can each start a server (PREFECT_NOTES §1a).
+            with get_client(sync_client=True) as client:
+                client.hello()
+            yield home
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+# --------------------------------------------------------------------------- tools
+
+CALLS: Counter[str] = Counter()
+CONTEXTS: dict[str, list[NodeContext]] = defaultdict(list)
+_LOCK = threading.Lock()
+BARRIER: list[threading.Barrier] = []  # the one the barrier tool waits on, set by a test
+
+
+def _record(ctx: NodeContext) -> int:
+    with _LOCK:
+        CALLS[ctx.node.id] += 1
+        CONTEXTS[ctx.node.id].append(ctx)
+        return CALLS[ctx.node.id]
+
+
+def _output(ctx: NodeContext) -> dict[str, Any]:
+    return {
+        "node": ctx.node.id,
+        "guidance": ctx.guidance,
+        "answer": ctx.answer,
+        "inputs": sorted(ctx.inputs),
+    }
+
+
+def record_tool(ctx: NodeContext) -> dict[str, Any]:
+    """Count the call, keep the context, return JSON describing what it saw."""
+    _record(ctx)
+    return _output(ctx)
+
+
+def failing_tool(ctx: NodeContext) -> dict[str, Any]:
+    """Always raises."""
+    _record(ctx)
+    raise RuntimeError(f"tool of {ctx.node.id} exploded")
+
+
+def flaky_tool(ctx: NodeContext) -> dict[str, Any]:
+    """Raises on the first call for its node, succeeds afterwards."""
+    if _record(ctx) == 1:
+        raise RuntimeError(f"transient failure in {ctx.node.id}")
+    return _output(ctx)
+
+
+def set_tool(ctx: NodeContext) -> Any:
+    """Returns a set, which is not a JSON value."""
+    _record(ctx)
+    return {"not", "json"}
+
+
+def barrier_tool(ctx: NodeContext) -> dict[str, Any]:
+    """Waits until another tool reaches the shared barrier (fails after its timeout)."""
+    _record(ctx)
+    BARRIER[0].wait()
+    return _output(ctx)
+
+
+@dataclass
+class FlowKit:
+    """A fresh store and agent for one test, the tools, and what they recorded."""
+
+    store: JsonlMemoryStore
+    agent: PersonaAgent
+    results: Path
+    calls: Counter[str] = field(default_factory=lambda: CALLS)
+    contexts: dict[str, list[NodeContext]] = field(default_factory=lambda: CONTEXTS)
+
+    record = staticmethod(record_tool)
+    failing = staticmethod(failing_tool)
+    flaky = staticmethod(flaky_tool)
+    returns_set = staticmethod(set_tool)
+    waits_at_barrier = staticmethod(barrier_tool)
+
+    def barrier(self, parties: int, timeout: float) -> threading.Barrier:
+        """The barrier `waits_at_barrier` waits on."""
+        BARRIER[:] = [threading.Barrier(parties, timeout=timeout)]
+        return BARRIER[0]
+
+
+def _reset() -> None:
+    CALLS.clear()
+    CONTEXTS.clear()
+    for barrier in BARRIER:
+        barrier.abort()  # release a tool still waiting after a failed test
+    BARRIER.clear()
+
+
+@pytest.fixture
+def kit(tmp_path: Path) -> Iterator[FlowKit]:
+    _reset()
+    store = JsonlMemoryStore(tmp_path / "store")
+    yield FlowKit(
+        store=store, agent=PersonaAgent(MemoryRetriever(store)), results=tmp_path / "results"
+    )
+    _reset()
+
+
+# --------------------------------------------------------------------------- resuming
+
+
+class PausedRunWatcher(threading.Thread):
+    """Waits (in its own thread) for a paused flow run and hands it to ``on_paused``.
+
+    Assertions cannot fail a test from another thread, so whatever ``on_paused``
+    raises is kept in ``error`` for the test to re-raise after `join`.
+    """
+
+    def __init__(self, on_paused: Callable[[FlowRun], None], *, deadline: float = 60.0) -> None:
+        super().__init__(daemon=True)
+        self.on_paused = on_paused
+        self.deadline = deadline
+        self.flow_run: FlowRun | None = None
+        self.error: BaseException | None = None
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        paused = FlowRunFilter(
+            state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.PAUSED]))
+        )
+        try:
+            with get_client(sync_client=True) as client:
+                until = time.monotonic() + self.deadline
+                while not self.halt.is_set() and time.monotonic() < until:
+                    runs = client.read_flow_runs(flow_run_filter=paused)
+                    if runs:
+                        self.flow_run = runs[0]
+                        self.on_paused(runs[0])
+                        return
+                    time.sleep(0.1)
+                if not self.halt.is_set():
+                    raise TimeoutError(f"no run paused within {self.deadline} s")
+        except BaseException as exc:  # re-raised by the test in finish()
+            self.error = exc
+
+    def finish(self, timeout: float = 30.0) -> UUID:
+        """Stop waiting, join, re-raise what went wrong; return the paused run's id."""
+        self.halt.set()
+        self.join(timeout)
+        assert not self.is_alive(), "the resuming thread did not finish"
+        if self.error is not None:
+            raise self.error
+        assert self.flow_run is not None, "no run paused"
+        return self.flow_run.id
+
+
+@pytest.fixture
+def watch_for_pause() -> Iterator[Callable[[Callable[[FlowRun], None]], PausedRunWatcher]]:
+    """Start a `PausedRunWatcher`; any still running at teardown are stopped and joined."""
+    started: list[PausedRunWatcher] = []
+
+    def start(on_paused: Callable[[FlowRun], None]) -> PausedRunWatcher:
+        watcher = PausedRunWatcher(on_paused)
+        started.append(watcher)
+        watcher.start()
+        return watcher
+
+    yield start
+    for watcher in started:
+        watcher.halt.set()
+        watcher.join(30)

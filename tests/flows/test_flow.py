@@ -1,0 +1,367 @@
+"""Persona graphs on a real Prefect server: pause and resume, replay, failures, concurrency."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+from uuid import UUID
+
+import pytest
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import (
+    ArtifactFilter,
+    ArtifactFilterFlowRunId,
+    ArtifactFilterKey,
+    FlowRunFilter,
+    FlowRunFilterId,
+)
+from prefect.client.schemas.objects import Artifact, FlowRun, StateType, TaskRun
+from prefect.flow_runs import resume_flow_run
+
+from autopersona_flows.agent import (
+    ClarifyDecision,
+    FunctionPolicy,
+    PersonaAgent,
+    Requirement,
+)
+from autopersona_flows.errors import (
+    ClarificationTimeoutError,
+    FlowConfigurationError,
+    NodeOutputError,
+    PolicyError,
+)
+from autopersona_flows.flows import (
+    TaskGraph,
+    TaskNode,
+    persona_graph,
+    persona_runtime,
+    run_persona_graph,
+)
+from autopersona_flows.flows.clarification import clarification_key
+from autopersona_flows.memory import MemoryRetriever, PersonaMemory
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+
+USER = "ada"
+QUERY = "Finish my paper on retrieval"
+QUESTION = "Which citation style should the paper use?"
+CITATION = Requirement("citation style", options=["APA", "MLA"], question=QUESTION)
+FAST = {"poll_interval": 0.5}
+
+
+def paper_graph(kit) -> TaskGraph:
+    return TaskGraph(
+        [
+            TaskNode(id="fetch", instruction="Fetch the sources", tool=kit.record),
+            TaskNode(id="outline", tool=kit.record, depends_on=["fetch"]),
+            TaskNode(
+                id="draft",
+                instruction="Draft the paper",
+                tool=kit.record,
+                depends_on=["fetch", "outline"],
+                requires=[CITATION],
+            ),
+            TaskNode(id="send", tool=kit.record, depends_on=["draft"]),
+        ]
+    )
+
+
+def run_for_state(kit, graph: TaskGraph, agent: PersonaAgent | None = None, **options: Any):
+    """Run the flow and return its final state (and so its flow run id) instead of raising."""
+    with persona_runtime(agent or kit.agent, **(FAST | options)):
+        return persona_graph(graph=graph, user_id=USER, query=QUERY, return_state=True)
+
+
+def read_state(flow_run_id: UUID) -> StateType:
+    with get_client(sync_client=True) as client:
+        state = client.read_flow_run(flow_run_id).state
+    assert state is not None
+    return state.type
+
+
+def artifacts(flow_run_id: UUID, key: str) -> list[Artifact]:
+    with get_client(sync_client=True) as client:
+        return client.read_artifacts(
+            artifact_filter=ArtifactFilter(
+                key=ArtifactFilterKey(any_=[key]),
+                flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]),
+            )
+        )
+
+
+def task_runs(
+    flow_run_id: UUID, settled: Callable[[dict[str, TaskRun]], bool], timeout: float = 15.0
+) -> dict[str, TaskRun]:
+    """The flow run's task runs by name, once ``settled`` holds.
+
+    Task-run states reach the server through events, a moment after the flow returns.
+    """
+    flow_runs = FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
+    until = time.monotonic() + timeout
+    with get_client(sync_client=True) as client:
+        while True:
+            runs = {run.name: run for run in client.read_task_runs(flow_run_filter=flow_runs)}
+            if settled(runs) or time.monotonic() > until:
+                return runs
+            time.sleep(0.2)
+
+
+def state_of(run: TaskRun | None) -> StateType | None:
+    return run.state.type if run is not None and run.state is not None else None
+
+
+# --------------------------------------------------------------------------- 1. pause
+
+
+def test_a_missing_preference_pauses_the_run_until_a_valid_answer(kit, watch_for_pause) -> None:
+    graph = paper_graph(kit)
+    key = clarification_key("draft", ClarifyDecision(question=QUESTION))
+    seen: dict[str, Any] = {}
+
+    def answer(run: FlowRun) -> None:
+        seen["pause_key"] = run.state.state_details.pause_key
+        with pytest.raises(RuntimeError, match="Validation failed"):
+            resume_flow_run(run.id, run_input={"answer": "Harvard"})  # not an option
+        seen["after_invalid_answer"] = read_state(run.id)
+        resume_flow_run(run.id, run_input={"answer": "APA"})
+
+    watcher = watch_for_pause(answer)
+    result = run_persona_graph(graph, USER, QUERY, agent=kit.agent, pause_timeout=60, **FAST)
+    flow_run_id = watcher.finish()
+
+    assert seen == {"pause_key": key, "after_invalid_answer": StateType.PAUSED}
+    assert read_state(flow_run_id) == StateType.COMPLETED
+    assert kit.calls == {"fetch": 1, "outline": 1, "draft": 1, "send": 1}
+    [draft] = kit.contexts["draft"]
+    assert (draft.answer, draft.question) == ("APA", QUESTION)
+    assert "APA" in draft.guidance
+    assert sorted(draft.inputs) == ["fetch", "outline"]
+    assert result["outputs"]["draft"]["answer"] == "APA"
+    assert all(kit.contexts[n][0].answer is None for n in ("fetch", "outline", "send"))
+    assert result["metrics"] | {"seconds": 0} == {
+        "nodes": 4,
+        "decisions": 4,
+        "clarifications": 1,
+        "tool_executions": 4,
+        "cache_hits": 0,
+        "seconds": 0,
+    }
+    assert result["decisions"]["draft"] | {"constraints": []} == {
+        "action": "clarify",
+        "question": QUESTION,
+        "answer": "APA",
+        "constraints": [],
+    }
+
+    # The answer is now a persona memory of the user, under the requirement's name.
+    learned = [(r.content.topic, r.content.preference) for r in kit.store.list(USER, "persona")]
+    assert learned == [("citation style", "APA")]
+
+    # The question and the decisions are artifacts of the run.
+    [question] = artifacts(flow_run_id, key)
+    assert question.type == "markdown"
+    assert QUESTION in question.data
+    [table] = artifacts(flow_run_id, "persona-decisions")
+    assert table.type == "table"
+    assert "draft" in table.data
+    assert "APA" in table.data
+
+    # A second run for the same user knows the answer; a pause would time out in 5 s.
+    again = run_persona_graph(graph, USER, QUERY, agent=kit.agent, pause_timeout=5, **FAST)
+    assert again["metrics"]["clarifications"] == 0
+    assert again["metrics"]["tool_executions"] == 4  # a new episode: the tools run again
+    decision = again["decisions"]["draft"]
+    assert decision["action"] == "final"
+    [memory] = kit.store.list(USER, "persona")
+    assert {"text": "citation style: APA", "memory_id": memory.id} in [
+        {"text": c["text"], "memory_id": c["memory_id"]} for c in decision["constraints"]
+    ]
+    latest = kit.contexts["draft"][-1]
+    assert (latest.answer, latest.question) == (None, None)
+    assert [c.memory_id for c in latest.constraints if c.requirement == "citation style"] == [
+        memory.id
+    ]
+    assert kit.calls == {"fetch": 2, "outline": 2, "draft": 2, "send": 2}
+
+
+# --------------------------------------------------------------------------- 2. final
+
+
+def test_known_preferences_reach_the_tool_as_guidance_constraints_and_inputs(
+    kit, prefect_harness
+) -> None:
+    style = kit.store.add(USER, PersonaMemory(topic="citation style", preference="MLA"))
+    kit.store.add(USER, PersonaMemory(topic="tone", preference="terse, no preamble"))
+    graph = TaskGraph([node for node in paper_graph(kit).nodes.values() if node.id != "send"])
+
+    result = run_persona_graph(graph, USER, QUERY, agent=kit.agent, pause_timeout=5, **FAST)
+
+    assert kit.calls == {"fetch": 1, "outline": 1, "draft": 1}
+    assert result["metrics"]["clarifications"] == 0
+    draft = kit.contexts["draft"][0]
+    assert (draft.node.id, draft.node.instruction) == ("draft", "Draft the paper")
+    assert (draft.user_id, draft.query, draft.tools) == (USER, QUERY, graph.order)
+    assert (draft.answer, draft.question) == (None, None)
+    [constraint] = [c for c in draft.constraints if c.requirement == "citation style"]
+    assert (constraint.memory_id, constraint.text) == (style.id, "citation style: MLA")
+    assert "citation style: MLA" in draft.guidance
+    assert style.id in {m.record.id for m in draft.memories.persona}
+    assert draft.inputs == {
+        "fetch": result["outputs"]["fetch"],
+        "outline": result["outputs"]["outline"],
+    }
+    assert kit.contexts["fetch"][0].inputs == {}
+    assert kit.contexts["outline"][0].inputs == {"fetch": result["outputs"]["fetch"]}
+    for node_id in graph.order:
+        [context] = kit.contexts[node_id]
+        assert context.guidance, f"{node_id} got no guidance"
+        assert result["outputs"][node_id]["guidance"] == context.guidance
+    assert result["decisions"]["draft"]["action"] == "final"
+    assert style.id in [c["memory_id"] for c in result["decisions"]["draft"]["constraints"]]
+    # Without a result_storage, results go to the session's scratch PREFECT_HOME.
+    stored = [path.name for path in (prefect_harness / "storage").iterdir()]
+    assert any(name.startswith("autopersona-run-draft-") for name in stored)
+
+
+# --------------------------------------------------------------------------- 3. replay
+
+
+def test_a_new_run_of_the_same_episode_replays_every_node_from_the_cache(kit) -> None:
+    kit.store.add(USER, PersonaMemory(topic="citation style", preference="APA"))
+    graph = paper_graph(kit)
+    options = {"agent": kit.agent, "result_storage": kit.results, "pause_timeout": 5, **FAST}
+
+    first = run_persona_graph(graph, USER, QUERY, episode_id="ep-1", **options)
+    assert first["metrics"]["tool_executions"] == 4
+    assert first["metrics"]["cache_hits"] == 0
+    assert kit.calls == dict.fromkeys(graph.order, 1)
+    assert any(p.name.startswith("autopersona-run-draft-") for p in kit.results.iterdir())
+
+    replay = run_persona_graph(graph, USER, QUERY, episode_id="ep-1", **options)
+    assert kit.calls == dict.fromkeys(graph.order, 1)
+    assert replay["metrics"]["cache_hits"] == len(graph)
+    assert replay["metrics"]["tool_executions"] == 0
+    assert replay["metrics"]["decisions"] == 0
+    assert replay["outputs"] == first["outputs"]
+
+    other = run_persona_graph(graph, USER, QUERY, episode_id="ep-2", **options)
+    assert kit.calls == dict.fromkeys(graph.order, 2)
+    assert other["metrics"]["cache_hits"] == 0
+    assert other["metrics"]["tool_executions"] == 4
+
+
+# --------------------------------------------------------------------------- 4. timeout
+
+
+def test_an_unanswered_question_fails_the_run_after_the_pause_timeout(kit, watch_for_pause) -> None:
+    graph = TaskGraph([TaskNode(id="draft", tool=kit.record, requires=[CITATION])])
+    watcher = watch_for_pause(lambda run: None)  # only notes the paused run's id
+
+    with pytest.raises(ClarificationTimeoutError, match=re.escape(repr(QUESTION))):
+        run_persona_graph(graph, USER, QUERY, agent=kit.agent, pause_timeout=2, **FAST)
+
+    # The server fails the run itself once the pause has expired, so the state's
+    # message is Prefect's ("... never resumed"); the exception reaches the caller.
+    assert read_state(watcher.finish()) == StateType.FAILED
+    assert kit.calls == {}
+    assert kit.store.list(USER, "persona") == []
+
+
+# --------------------------------------------------------------------------- 5. tool failures
+
+
+def test_a_failing_tool_fails_its_node_and_the_run(kit) -> None:
+    graph = TaskGraph(
+        [
+            TaskNode(id="fetch", tool=kit.record),
+            TaskNode(id="boom", tool=kit.failing, depends_on=["fetch"]),
+        ]
+    )
+
+    state = run_for_state(kit, graph)
+
+    assert state.is_failed()
+    with pytest.raises(RuntimeError, match="tool of boom exploded"):
+        state.result()
+    assert kit.calls == {"fetch": 1, "boom": 1}
+    runs = task_runs(
+        state.state_details.flow_run_id, lambda r: state_of(r.get("boom")) == StateType.FAILED
+    )
+    assert state_of(runs["boom"]) == StateType.FAILED
+    assert state_of(runs["fetch"]) == StateType.COMPLETED
+
+
+def test_prefect_retries_a_node_that_allows_retries(kit) -> None:
+    graph = TaskGraph([TaskNode(id="flaky", tool=kit.flaky, retries=1)])
+
+    result = run_persona_graph(graph, USER, QUERY, agent=kit.agent, **FAST)
+
+    assert kit.calls == {"flaky": 2}
+    assert result["outputs"]["flaky"]["node"] == "flaky"
+    assert result["metrics"]["tool_executions"] == 2
+
+
+def test_a_tool_returning_a_non_json_value_fails_with_node_output_error(kit) -> None:
+    graph = TaskGraph([TaskNode(id="odd", tool=kit.returns_set)])
+
+    with pytest.raises(NodeOutputError, match=r"the output of 'odd'.*set"):
+        run_persona_graph(graph, USER, QUERY, agent=kit.agent, **FAST)
+    assert kit.calls == {"odd": 1}
+
+
+# --------------------------------------------------------------------------- 6. concurrency
+
+
+def test_independent_nodes_run_concurrently(kit) -> None:
+    kit.barrier(2, timeout=10)  # neither tool passes it unless both are running
+    graph = TaskGraph(
+        [
+            TaskNode(id="left", tool=kit.waits_at_barrier),
+            TaskNode(id="right", tool=kit.waits_at_barrier),
+            TaskNode(id="join", tool=kit.record, depends_on=["left", "right"]),
+        ]
+    )
+
+    result = run_persona_graph(graph, USER, QUERY, agent=kit.agent, **FAST)
+
+    assert kit.calls == {"left": 1, "right": 1, "join": 1}
+    assert result["outputs"]["join"]["inputs"] == ["left", "right"]
+
+
+# --------------------------------------------------------------------------- 7. configuration
+
+
+def test_a_graph_run_outside_any_persona_runtime_is_a_configuration_error(kit) -> None:
+    graph = TaskGraph([TaskNode(id="fetch", tool=kit.record)])
+
+    with pytest.raises(FlowConfigurationError, match="persona_runtime"):
+        persona_graph(graph=graph, user_id=USER, query=QUERY)
+    assert kit.calls == {}
+
+
+def test_a_policy_error_fails_the_run_and_is_not_retried(kit) -> None:
+    asked: list[str] = []
+
+    def broken(request, memories) -> dict[str, Any]:
+        asked.append(request.node.id)
+        return {"action": "Clarify", "question": "Which one?"}  # actions are lowercase
+
+    agent = PersonaAgent(MemoryRetriever(kit.store), FunctionPolicy(broken))
+    graph = TaskGraph([TaskNode(id="draft", tool=kit.record, retries=2)])
+
+    state = run_for_state(kit, graph, agent=agent)
+
+    assert state.is_failed()
+    with pytest.raises(PolicyError, match="invalid decision"):
+        state.result()
+    assert asked == ["draft"]
+    assert kit.calls == {}
+    runs = task_runs(
+        state.state_details.flow_run_id,
+        lambda r: state_of(r.get("decide-draft")) == StateType.FAILED,
+    )
+    assert state_of(runs["decide-draft"]) == StateType.FAILED
+    assert runs["decide-draft"].run_count == 1
+    assert "draft" not in runs
