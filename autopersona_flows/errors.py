@@ -164,4 +164,9 @@ class NodeOutputError(AutopersonaError, TypeError):
 
 
 class ClarificationTimeoutError(AutopersonaError):
-    """Nobody answered a clarifying question in time; the run fails with the question."""
+    """Nobody answered a clarifying question in time.
+
+    Raised in the flow with the question in its message. The Prefect server records
+    the run itself as ``Failed("The flow was failed and never resumed.")``; the
+    question is in the run's logs and its clarification artifact.
+    """

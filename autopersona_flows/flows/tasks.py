@@ -27,7 +27,7 @@ from autopersona_flows.agent.decisions import (
     Requirement,
     parse_decision,
 )
-from autopersona_flows.errors import FlowConfigurationError, NodeOutputError
+from autopersona_flows.errors import AutopersonaError, FlowConfigurationError, NodeOutputError
 from autopersona_flows.flows.cache_policies import NodeCachePolicy, node_cache_key
 from autopersona_flows.flows.clarification import ask
 from autopersona_flows.flows.context import NodeContext, PersonaRuntime
@@ -52,6 +52,21 @@ class StepCounter:
         """Count one more ``name``."""
         with self._lock:
             setattr(self, name, getattr(self, name) + 1)
+
+
+def _retry_unless_ours(task: Any, task_run: Any, state: Any) -> bool:
+    """Retry a tool's own failures, never the library's.
+
+    Ours (a non-JSON output, a bad configuration) would fail again the same way,
+    and each attempt would repeat the tool's side effects.
+    """
+    try:
+        state.result()
+    except AutopersonaError:
+        return False
+    except Exception:  # any other failure is the tool's: retry it
+        return True
+    return True
 
 
 def episode_of(runtime: PersonaRuntime, episode_id: str | None) -> str:
@@ -85,6 +100,7 @@ class NodeSteps:
     def _task(self, fn: Callable[..., Any], kind: str, name: str, retries: int = 0) -> Task:
         return task(
             fn,
+            retry_condition_fn=_retry_unless_ours,
             name=name,
             task_run_name=name,
             cache_policy=NodeCachePolicy(kind=kind),

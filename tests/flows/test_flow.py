@@ -304,7 +304,8 @@ def test_prefect_retries_a_node_that_allows_retries(kit) -> None:
 
 
 def test_a_tool_returning_a_non_json_value_fails_with_node_output_error(kit) -> None:
-    graph = TaskGraph([TaskNode(id="odd", tool=kit.returns_set)])
+    # Retries are for the tool's own failures: ours would fail again and repeat its side effects.
+    graph = TaskGraph([TaskNode(id="odd", tool=kit.returns_set, retries=2)])
 
     with pytest.raises(NodeOutputError, match=r"the output of 'odd'.*set"):
         run_persona_graph(graph, USER, QUERY, agent=kit.agent, **FAST)
