@@ -79,10 +79,13 @@ def ask(node_id: str, decision: ClarifyDecision, runtime: PersonaRuntime) -> str
     """
     key = clarification_key(node_id, decision)
     markdown = question_markdown(node_id, decision)
-    flow_run = FlowRunContext.get().flow_run if FlowRunContext.get() else None
-    suspend = runtime.pause_mode == "suspend" or (
-        runtime.pause_mode == "auto" and flow_run is not None and flow_run.deployment_id is not None
+    context = FlowRunContext.get()
+    deployed = (
+        context is not None
+        and context.flow_run is not None
+        and bool(context.flow_run.deployment_id)
     )
+    suspend = runtime.pause_mode == "suspend" or (runtime.pause_mode == "auto" and deployed)
     create_markdown_artifact(markdown=markdown, key=key, description=decision.question)
     form = clarification_form(decision).with_initial_data(description=markdown)
     try:

@@ -41,7 +41,7 @@ class NodeContext(BaseModel):
         question: The question asked, if any.
     """
 
-    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+    model_config = ConfigDict(frozen=True)
 
     node: NodeInfo
     user_id: str
