@@ -28,6 +28,7 @@ from autopersona_flows.errors import (
 from autopersona_flows.memory.embedders import get_embedder
 from autopersona_flows.memory.ingestion import ingest_task_history, read_task_records
 from autopersona_flows.memory.jsonl import JsonlMemoryStore
+from autopersona_flows.memory.records import LAYERS
 from autopersona_flows.memory.reindex import reindex_user
 from autopersona_flows.memory.retrieval import MemoryRetriever
 from autopersona_flows.memory.snapshots import MemorySnapshot, read_snapshot, write_snapshot
@@ -143,7 +144,9 @@ def _cmd_verify(args: argparse.Namespace) -> None:
     users = store.users()
     for user_id in users:
         store.snapshot(user_id)  # parses every line of every bank
-    print(f"ok: {len(users)} users, every bank readable")
+        for layer in LAYERS:
+            store.history(user_id, layer, "")  # and of every change history
+    print(f"ok: {len(users)} users, every bank and history readable")
 
 
 def _cmd_eval(args: argparse.Namespace) -> None:

@@ -19,6 +19,7 @@ from pydantic import (
 from autopersona_flows.errors import PolicyError
 from autopersona_flows.memory.records import JsonValue, MemoryLayer, non_blank
 from autopersona_flows.memory.retrieval import MemoryBundle
+from autopersona_flows.memory.users import check_user_id
 
 __all__ = [
     "JSON_SCHEMA",
@@ -112,7 +113,7 @@ class PersonaRequest(_Model):
             request only (a high-risk step can demand stronger evidence).
     """
 
-    user_id: NonBlank
+    user_id: Annotated[str, AfterValidator(check_user_id)]
     query: str
     node: NodeInfo | None = None
     requirements: list[Requirement] = Field(default_factory=list)

@@ -86,6 +86,8 @@ class EvidencePolicy:
         for name, value in (("threshold", threshold), ("guidance_threshold", guidance_threshold)):
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} must lie in [0, 1], got {value}")
+        if isinstance(max_guidance, bool) or not isinstance(max_guidance, int) or max_guidance < 0:
+            raise ValueError(f"max_guidance must be an int >= 0, got {max_guidance!r}")
         self.threshold = threshold
         self.guidance_threshold = guidance_threshold
         self.max_guidance = max_guidance

@@ -70,6 +70,7 @@ def test_requirements_and_requests_are_validated() -> None:
         lambda: request("ada", retrieval_top_k=0),
         lambda: request("ada", retrieval_min_similarity=1.5),
         lambda: PersonaRequest(user_id="", query="q"),
+        lambda: PersonaRequest(user_id="x\ud800", query="q"),
     ):
         with pytest.raises(ValidationError):
             bad()
@@ -323,3 +324,11 @@ def test_evidence_is_not_repeated_as_guidance(store: JsonlMemoryStore) -> None:
     decision = PersonaAgent(MemoryRetriever(store)).decide(request("ada", CITATION))
     ids = [c.memory_id for c in decision.constraints]
     assert len(ids) == len(set(ids))
+
+
+def test_any_user_id_the_store_accepts_is_a_valid_request(store: JsonlMemoryStore) -> None:
+    store.add(" ", PersonaMemory(topic="citation style", preference="APA"))
+    decision = PersonaAgent(MemoryRetriever(store)).decide(request(" ", CITATION))
+    assert decision.action == "final"
+    with pytest.raises(ValueError, match="max_guidance"):
+        EvidencePolicy(max_guidance=-1)

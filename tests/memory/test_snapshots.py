@@ -232,7 +232,15 @@ def test_users_and_verify_commands(store: JsonlMemoryStore, store_root: Path) ->
     users = run_cli("users", str(store_root))
     assert users.stdout.splitlines() == ["ada", "bob"]
     ok = run_cli("verify", str(store_root))
-    assert (ok.returncode, ok.stdout.strip()) == (0, "ok: 2 users, every bank readable")
+    assert (ok.returncode, ok.stdout.strip()) == (0, "ok: 2 users, every bank and history readable")
+    (tone, _) = store.list("ada", "persona")
+    store.update("ada", "persona", tone.id, PersonaMemory(topic="tone", preference="warm"))
+    (history,) = store_root.glob("users/ada-*/persona.history.jsonl")
+    history.write_bytes(b"not json\n" + history.read_bytes())
+    bad_history = run_cli("verify", str(store_root))
+    assert bad_history.returncode == 1
+    assert f"{history}:1" in bad_history.stderr
+    history.write_bytes(history.read_bytes().split(b"\n", 1)[1])
     (path,) = store_root.glob("users/bob-*/trajectory.jsonl")
     path.write_bytes(path.read_bytes() + b"oops\n")
     broken = run_cli("verify", str(store_root))
