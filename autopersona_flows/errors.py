@@ -20,7 +20,8 @@ each also inherits the builtin it refines, so ``except ValueError`` keeps workin
     ├── GraphError (ValueError)
     ├── FlowConfigurationError (ValueError)
     ├── NodeOutputError (TypeError)
-    └── ClarificationTimeoutError
+    ├── ClarificationTimeoutError
+    └── AnswerRejectedError (ValueError)
 
 Invalid record contents raise pydantic's `ValidationError` (a `ValueError`),
 which names every offending field.
@@ -31,6 +32,7 @@ from __future__ import annotations
 from pathlib import Path
 
 __all__ = [
+    "AnswerRejectedError",
     "AutopersonaError",
     "ClarificationTimeoutError",
     "DuplicateMemoryError",
@@ -170,3 +172,7 @@ class ClarificationTimeoutError(AutopersonaError):
     the run itself as ``Failed("The flow was failed and never resumed.")``; the
     question is in the run's logs and its clarification artifact.
     """
+
+
+class AnswerRejectedError(AutopersonaError, ValueError):
+    """The Prefect server refused an answer (e.g. not one of the options); the run stays paused."""

@@ -33,15 +33,7 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 
-import orjson  # noqa: E402 - after the settings above
-from prefect.client.orchestration import get_client  # noqa: E402
-from prefect.client.schemas.filters import (  # noqa: E402
-    FlowRunFilter,
-    FlowRunFilterState,
-    FlowRunFilterStateType,
-)
-from prefect.client.schemas.objects import StateType  # noqa: E402
-from prefect.flow_runs import resume_flow_run  # noqa: E402
+from prefect.client.orchestration import get_client  # noqa: E402 - after the settings above
 
 from autopersona_flows import (  # noqa: E402
     JsonlMemoryStore,
@@ -54,6 +46,10 @@ from autopersona_flows import (  # noqa: E402
     ingest_task_history,
 )
 from autopersona_flows.flows import NodeContext, TaskGraph, TaskNode, run_persona_graph  # noqa: E402
+from autopersona_flows.flows.answers import (  # noqa: E402
+    answer_clarification,
+    pending_clarifications,
+)
 
 CALLS: Counter[str] = Counter()
 
@@ -141,25 +137,15 @@ GRAPH = TaskGraph(
 
 
 def play_ada(answer: str) -> None:
-    """Wait for the paused run, show its question, and answer it through the API."""
-    paused = FlowRunFilter(
-        state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.PAUSED]))
-    )
-    with get_client(sync_client=True) as client:
-        for _ in range(1200):
-            runs = client.read_flow_runs(flow_run_filter=paused)
-            if runs:
-                keyset = runs[0].state.state_details.run_input_keyset or {}
-                # The resume dialog's text, stored by Prefect as a JSON string.
-                description = orjson.loads(
-                    client.read_flow_run_input(runs[0].id, keyset["description"])
-                )
-                question = next(line for line in description.splitlines() if line.startswith("**"))
-                print(f"\n[paused] {question.strip('*')}")
-                print(f"[ada answers] {answer}\n")
-                resume_flow_run(runs[0].id, run_input={"answer": answer})
-                return
-            time.sleep(0.25)
+    """Wait for the question, show it, and answer it through the Prefect API."""
+    for _ in range(1200):
+        pending = pending_clarifications()
+        if pending:
+            print(f"\n[paused] {pending[0].question}")
+            print(f"[ada answers] {answer}\n")
+            answer_clarification(pending[0].flow_run_id, answer)
+            return
+        time.sleep(0.25)
     raise TimeoutError("the run never paused")
 
 

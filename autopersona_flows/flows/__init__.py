@@ -5,6 +5,11 @@ run with a typed form answered in the Prefect UI; every step is cached so a
 resumed run repeats no tool call.
 """
 
+from autopersona_flows.flows.answers import (
+    PendingClarification,
+    answer_clarification,
+    pending_clarifications,
+)
 from autopersona_flows.flows.cache_policies import NodeCachePolicy, node_cache_key
 from autopersona_flows.flows.context import NodeContext, PersonaRuntime, persona_runtime
 from autopersona_flows.flows.decorators import PersonaTask, persona_task
@@ -16,11 +21,14 @@ __all__ = [
     "NodeCachePolicy",
     "NodeContext",
     "OrjsonSerializer",
+    "PendingClarification",
     "PersonaRuntime",
     "PersonaTask",
     "TaskGraph",
     "TaskNode",
+    "answer_clarification",
     "node_cache_key",
+    "pending_clarifications",
     "persona_graph",
     "persona_runtime",
     "persona_task",

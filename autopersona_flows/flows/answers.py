@@ -1,0 +1,93 @@
+"""For the person who answers: which runs are waiting for a clarification, and answering one.
+
+The Prefect UI's resume dialog does the same; this is for scripts, tests and CLIs.
+"""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+import orjson
+from prefect.client.orchestration import SyncPrefectClient, get_client
+from prefect.client.schemas.filters import (
+    FlowRunFilter,
+    FlowRunFilterState,
+    FlowRunFilterStateType,
+)
+from prefect.client.schemas.objects import FlowRun, StateType
+from prefect.flow_runs import resume_flow_run
+from pydantic import BaseModel, ConfigDict
+
+from autopersona_flows.errors import AnswerRejectedError
+
+__all__ = ["PendingClarification", "answer_clarification", "pending_clarifications"]
+
+
+class PendingClarification(BaseModel):
+    """A run waiting for a person's answer.
+
+    Attributes:
+        flow_run_id: The paused or suspended run.
+        flow_run_name: Its name, as the UI shows it.
+        state: ``"Paused"`` or ``"Suspended"``.
+        key: The clarification's pause key (``clarify-<node>-<digest>``).
+        question: The question asked.
+        options: The allowed answers, if the answer is a choice.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    flow_run_id: UUID
+    flow_run_name: str
+    state: str
+    key: str
+    question: str
+    options: list[str]
+
+
+def _pending(client: SyncPrefectClient, flow_run: FlowRun) -> PendingClarification | None:
+    state = flow_run.state
+    if state is None:
+        return None
+    details = state.state_details
+    keyset = details.run_input_keyset
+    if not keyset or not str(details.pause_key or "").startswith("clarify-"):
+        return None  # paused for something else than one of our questions
+    description = orjson.loads(client.read_flow_run_input(flow_run.id, keyset["description"]))
+    schema = orjson.loads(client.read_flow_run_input(flow_run.id, keyset["schema"]))
+    answer = schema.get("properties", {}).get("answer", {})
+    question = answer.get("description") or next(
+        (line.strip("*") for line in description.splitlines() if line.startswith("**")), ""
+    )
+    return PendingClarification(
+        flow_run_id=flow_run.id,
+        flow_run_name=flow_run.name,
+        state=state.name,
+        key=str(details.pause_key),
+        question=question,
+        options=list(answer.get("enum", [])),
+    )
+
+
+def pending_clarifications() -> list[PendingClarification]:
+    """Every run of the current Prefect API waiting for an answer to a clarification."""
+    paused = FlowRunFilter(
+        state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.PAUSED]))
+    )
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(flow_run_filter=paused)
+        found = [_pending(client, run) for run in runs]
+    return [pending for pending in found if pending is not None]
+
+
+def answer_clarification(flow_run_id: UUID | str, answer: str) -> None:
+    """Resume a waiting run with ``answer``.
+
+    Raises:
+        AnswerRejectedError: If the server rejects the answer (not one of the options,
+            empty); the run stays paused and can be answered again.
+    """
+    try:
+        resume_flow_run(UUID(str(flow_run_id)), run_input={"answer": answer})
+    except RuntimeError as exc:
+        raise AnswerRejectedError(f"the answer {answer!r} was rejected: {exc}") from None

@@ -1,0 +1,58 @@
+"""Listing runs that wait for an answer, and answering them, as a script or CLI would."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from autopersona_flows.agent import Requirement
+from autopersona_flows.errors import AnswerRejectedError
+from autopersona_flows.flows import TaskGraph, TaskNode, run_persona_graph
+from autopersona_flows.flows.answers import answer_clarification, pending_clarifications
+
+
+def test_pending_questions_are_listed_and_answered(prefect_harness, kit) -> None:
+    graph = TaskGraph(
+        [
+            TaskNode(
+                id="book-flight",
+                tool=kit.record,
+                requires=[Requirement("seat", options=["window", "aisle"])],
+            )
+        ]
+    )
+    seen: dict[str, object] = {}
+
+    def person() -> None:
+        try:
+            for _ in range(300):
+                pending = pending_clarifications()
+                if pending:
+                    (waiting,) = pending
+                    seen["pending"] = waiting
+                    with pytest.raises(AnswerRejectedError, match="middle"):
+                        answer_clarification(waiting.flow_run_id, "middle")
+                    seen["still waiting"] = [p.flow_run_id for p in pending_clarifications()]
+                    answer_clarification(str(waiting.flow_run_id), "aisle")
+                    return
+                time.sleep(0.1)
+        except BaseException as exc:  # surfaced by the test below
+            seen["error"] = exc
+
+    thread = threading.Thread(target=person, daemon=True)
+    thread.start()
+    result = run_persona_graph(
+        graph, "ada", "Book my flight", agent=kit.agent, poll_interval=0.5, pause_timeout=60
+    )
+    thread.join(30)
+    assert "error" not in seen, seen.get("error")
+    waiting = seen["pending"]
+    assert waiting.question.startswith("Which seat should I use for step 'book-flight'")
+    assert waiting.options == ["window", "aisle"]
+    assert waiting.key.startswith("clarify-book-flight-")
+    assert waiting.state == "Paused"
+    assert seen["still waiting"] == [waiting.flow_run_id]  # a rejected answer resumes nothing
+    assert result["decisions"]["book-flight"]["answer"] == "aisle"
+    assert pending_clarifications() == []
