@@ -134,6 +134,25 @@ def _cmd_reindex(args: argparse.Namespace) -> None:
     print(f"re-embedded {changed} memories of {len(users)} users with {embedder.name}")
 
 
+def _cmd_pending(args: argparse.Namespace) -> None:
+    # Imported here: the other commands must not pay for importing Prefect.
+    from autopersona_flows.flows.answers import pending_clarifications  # noqa: PLC0415
+
+    pending = pending_clarifications()
+    for waiting in pending:
+        options = f"  [{' | '.join(waiting.options)}]" if waiting.options else ""
+        print(f"{waiting.flow_run_id}  {waiting.state}  {waiting.question}{options}")
+    if not pending:
+        print("no run is waiting for an answer")
+
+
+def _cmd_answer(args: argparse.Namespace) -> None:
+    from autopersona_flows.flows.answers import answer_clarification  # noqa: PLC0415
+
+    answer_clarification(args.flow_run_id, args.answer)
+    print(f"resumed {args.flow_run_id}")
+
+
 def _cmd_users(args: argparse.Namespace) -> None:
     for user_id in _existing_store(args.store).users():
         print(user_id)
@@ -200,6 +219,14 @@ def _parser() -> argparse.ArgumentParser:
     reindex.add_argument("--embedder", default="hashing", help=_EMBEDDER_HELP)
     reindex.add_argument("--user", help="only this user (default: every user)")
     reindex.set_defaults(run=_cmd_reindex)
+
+    pending = commands.add_parser("pending", help="list runs waiting for an answer")
+    pending.set_defaults(run=_cmd_pending)
+
+    answer = commands.add_parser("answer", help="answer a waiting run and resume it")
+    answer.add_argument("flow_run_id", help="the run's id, as `autopersona pending` lists it")
+    answer.add_argument("answer", help="the answer (one of the options, if it lists any)")
+    answer.set_defaults(run=_cmd_answer)
 
     users = commands.add_parser("users", help="list the users of a store")
     users.add_argument("store", help="the store's folder")

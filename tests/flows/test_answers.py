@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 
+import prefect.settings as ps
 import pytest
 
 from autopersona_flows.agent import Requirement
@@ -56,3 +60,54 @@ def test_pending_questions_are_listed_and_answered(prefect_harness, kit) -> None
     assert seen["still waiting"] == [waiting.flow_run_id]  # a rejected answer resumes nothing
     assert result["decisions"]["book-flight"]["answer"] == "aisle"
     assert pending_clarifications() == []
+
+
+def test_the_pending_and_answer_commands(prefect_harness, kit) -> None:
+    env = {**os.environ, "PREFECT_API_URL": ps.PREFECT_API_URL.value()}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "autopersona_flows", *args],
+            capture_output=True,
+            text=True,
+            check=False,
+            env=env,
+            timeout=120,
+        )
+
+    graph = TaskGraph(
+        [
+            TaskNode(
+                id="pay", tool=kit.record, requires=[Requirement("card", options=["work", "own"])]
+            )
+        ]
+    )
+    outcome: dict[str, object] = {}
+    runner = threading.Thread(
+        target=lambda: outcome.update(
+            result=run_persona_graph(
+                graph, "ada", "Pay the bill", agent=kit.agent, poll_interval=0.5, pause_timeout=90
+            )
+        ),
+        daemon=True,
+    )
+    runner.start()
+    for _ in range(300):
+        listed = cli("pending")
+        if "Which card" in listed.stdout:
+            break
+        time.sleep(0.2)
+    assert listed.returncode == 0, listed.stderr
+    run_id, state, *_ = listed.stdout.split()
+    assert state == "Paused"
+    assert "[work | own]" in listed.stdout
+
+    refused = cli("answer", run_id, "cash")
+    assert refused.returncode == 1  # unlike `prefect api`, a rejected resume is a failure
+    assert "rejected" in refused.stderr
+    assert "cash" in refused.stderr
+    accepted = cli("answer", run_id, "own")
+    assert (accepted.returncode, accepted.stdout.strip()) == (0, f"resumed {run_id}")
+    runner.join(60)
+    assert outcome["result"]["decisions"]["pay"]["answer"] == "own"
+    assert cli("pending").stdout.strip() == "no run is waiting for an answer"
