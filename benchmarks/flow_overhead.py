@@ -103,6 +103,7 @@ from collections.abc import Callable  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from typing import Any  # noqa: E402
 
+from _common import progress  # noqa: E402
 from prefect import Task, flow, task  # noqa: E402
 from prefect.client.orchestration import get_client  # noqa: E402
 from prefect.client.schemas.filters import (  # noqa: E402
@@ -146,10 +147,6 @@ UNANSWERED = Requirement("deployment region", options=["eu-west", "us-east"])
 ANSWER = "eu-west"
 POLL_INTERVAL = 0.2
 PAUSE_TIMEOUT = 300
-
-
-def progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 class BackoffCounter(logging.Filter):

@@ -75,6 +75,7 @@ from typing import Any
 
 import numpy as np
 import orjson
+from _common import progress
 from rank_bm25 import BM25Okapi
 
 from autopersona_flows.memory.embedders import Embedder, HashingEmbedder
@@ -291,10 +292,6 @@ def recalls(ranking: Ranking, questions: Sequence[Question]) -> dict[int, float]
 
 
 # -- report ---------------------------------------------------------------------------------
-
-
-def progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def print_table(rows: list[tuple[str, dict[int, float]]], first: str = "method") -> None:

@@ -62,7 +62,6 @@ shared machine, run with ``OPENBLAS_NUM_THREADS=1`` (or ``OMP_NUM_THREADS=1``).
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import random
 import statistics
@@ -74,6 +73,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from _common import parse_sizes, percentile, progress
 
 from autopersona_flows.memory.embedders import Embedder, HashingEmbedder
 from autopersona_flows.memory.index import BankIndex, Scoring
@@ -255,14 +255,6 @@ class CountingEmbedder:
 # -- measuring ------------------------------------------------------------------------------
 
 
-def percentile(values: list[float], q: float) -> float:
-    """The ``q`` quantile (0-1) of ``values``, linearly interpolated."""
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q
-    low, high = math.floor(pos), math.ceil(pos)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
-
-
 def timed(call: Callable[[], object]) -> float:
     """Run ``call`` once; return its wall-clock time in milliseconds."""
     start = time.perf_counter()
@@ -297,10 +289,6 @@ class Counts:
     timed_queries: int = 0
     timed_embedded: int = 0
     phases: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (calls, texts)
-
-
-def progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def user_of(size: int) -> str:
@@ -472,18 +460,6 @@ def report(rows: list[Row], colds: list[Cold], counts: Counts, load: tuple[float
         f"informative, not in the exit code) {'ok' if p95 < P95_BAR_MS else 'missed'}"
     )
     return 0 if ratio_ok else 1
-
-
-def parse_sizes(text: str) -> list[int]:
-    try:
-        sizes = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"not a comma-separated list of integers: {text!r}"
-        ) from None
-    if not sizes or any(size <= 0 for size in sizes) or sizes != sorted(set(sizes)):
-        raise argparse.ArgumentTypeError("sizes must be positive and strictly increasing")
-    return sizes
 
 
 def parse_seed_calls(text: str) -> dict[int, int]:

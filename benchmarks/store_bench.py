@@ -42,7 +42,6 @@ why only ratios are checked.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import random
 import statistics
@@ -55,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from _common import parse_sizes, percentile, progress
 
 from autopersona_flows.memory.jsonl import JsonlMemoryStore
 from autopersona_flows.memory.records import MemoryRecord, PersonaMemory
@@ -154,14 +154,6 @@ class RewriteStore:
 # -- measuring -----------------------------------------------------------------------------
 
 
-def percentile(values: list[float], q: float) -> float:
-    """The ``q`` quantile (0-1) of ``values``, linearly interpolated."""
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q
-    low, high = math.floor(pos), math.ceil(pos)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
-
-
 def time_adds(
     add: Callable[[PersonaMemory], object], contents: Iterator[PersonaMemory], n: int
 ) -> list[float]:
@@ -201,10 +193,6 @@ class Growth:
     adds: int = 0
     seconds: float = 0.0
     rows: list[Row] = field(default_factory=list)
-
-
-def progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def run(sizes: list[int], sample: int, rewrite_sample: int, seed: int, root: Path) -> Growth:
@@ -308,18 +296,6 @@ def report(growth: Growth, batched: float, batch_total: int, batch_size: int) ->
             f"(bar: < {FLAT_BAR:.0f}) {verdict}"
         )
     return 1 if failed else 0
-
-
-def parse_sizes(text: str) -> list[int]:
-    try:
-        sizes = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"not a comma-separated list of integers: {text!r}"
-        ) from None
-    if not sizes or any(size <= 0 for size in sizes) or sizes != sorted(set(sizes)):
-        raise argparse.ArgumentTypeError("sizes must be positive and strictly increasing")
-    return sizes
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -184,7 +184,7 @@ class PausedRunWatcher(threading.Thread):
     raises is kept in ``error`` for the test to re-raise after `join`.
     """
 
-    def __init__(self, on_paused: Callable[[FlowRun], None], *, deadline: float = 60.0) -> None:
+    def __init__(self, on_paused: Callable[[FlowRun], None], *, deadline: float = 120.0) -> None:
         super().__init__(daemon=True)
         self.on_paused = on_paused
         self.deadline = deadline

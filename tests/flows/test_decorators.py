@@ -44,7 +44,7 @@ def write_paper(agent: Any, user_id: str, episode_id: str | None = None) -> dict
         user_id=user_id,
         query="Write my paper",
         poll_interval=0.5,
-        pause_timeout=30,  # a pause nobody answers fails the test instead of hanging it
+        pause_timeout=120,  # a pause nobody answers fails the test instead of hanging it
         episode_id=episode_id,
     ):
         return {

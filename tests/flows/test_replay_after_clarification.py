@@ -24,7 +24,7 @@ def test_replaying_an_answered_episode_runs_nothing_again(
         "episode_id": "release-42",
         "result_storage": kit.results,
         "poll_interval": 0.5,
-        "pause_timeout": 30,  # a second question would fail the test instead of hanging it
+        "pause_timeout": 120,  # a second question would fail the test instead of hanging it
     }
     watcher = watch_for_pause(lambda run: resume_flow_run(run.id, run_input={"answer": "eu-west"}))
     first = run_persona_graph(graph, "ada", "Ship release 42", **options)

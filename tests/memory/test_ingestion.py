@@ -1,7 +1,5 @@
 """Ingestion of completed tasks, the Persona2Web adapter, reindexing, and their commands."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import orjson
@@ -41,15 +39,6 @@ REINDEX_BUG = (
     "reindex_user keys its re-embedded records by (layer, id) but looks them up by id, "
     "so nothing is written and it reports the same count forever"
 )
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "autopersona_flows", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
 
 
 def task(user: str = "ada", **fields: object) -> RawTaskRecord:
@@ -481,7 +470,7 @@ def task_line(user: str = "ada", **fields: object) -> bytes:
     return orjson.dumps(task(user, **fields).model_dump(mode="json")) + b"\n"
 
 
-def test_cli_ingest_prints_counts_only(store_root: Path, tmp_path: Path) -> None:
+def test_cli_ingest_prints_counts_only(run_cli, store_root: Path, tmp_path: Path) -> None:
     path = tmp_path / "tasks.jsonl"
     path.write_bytes(
         task_line("ada", query=PRIVATE_TEXT)
@@ -509,7 +498,7 @@ def test_cli_ingest_prints_counts_only(store_root: Path, tmp_path: Path) -> None
 
 
 def test_cli_ingest_validates_the_whole_file_before_writing(
-    store_root: Path, tmp_path: Path
+    run_cli, store_root: Path, tmp_path: Path
 ) -> None:
     path = tmp_path / "tasks.jsonl"
     lines = [task_line(f"user-{i}") for i in range(5)]
@@ -535,7 +524,7 @@ def test_cli_ingest_validates_the_whole_file_before_writing(
     ],
 )
 def test_cli_ingest_errors_name_line_and_field(
-    store_root: Path, tmp_path: Path, line: bytes, expected: str
+    run_cli, store_root: Path, tmp_path: Path, line: bytes, expected: str
 ) -> None:
     path = tmp_path / "tasks.jsonl"
     path.write_bytes(task_line() + line)
@@ -545,7 +534,7 @@ def test_cli_ingest_errors_name_line_and_field(
     assert list(store_root.rglob("*.jsonl")) == []
 
 
-def test_cli_ingest_of_a_missing_file(store_root: Path, tmp_path: Path) -> None:
+def test_cli_ingest_of_a_missing_file(run_cli, store_root: Path, tmp_path: Path) -> None:
     result = run_cli("ingest", str(store_root), str(tmp_path / "nope.jsonl"))
     assert result.returncode == 1
     assert "cannot read" in result.stderr
@@ -553,7 +542,7 @@ def test_cli_ingest_of_a_missing_file(store_root: Path, tmp_path: Path) -> None:
 
 
 def test_cli_ingest_reports_progress_on_stderr_for_large_inputs(
-    store_root: Path, tmp_path: Path
+    run_cli, store_root: Path, tmp_path: Path
 ) -> None:
     path = tmp_path / "tasks.jsonl"
     path.write_bytes(
@@ -650,7 +639,7 @@ def test_reindex_user_re_embeds_and_keeps_everything_else(store: JsonlMemoryStor
     assert store.snapshot("ada") == after
 
 
-def test_cli_reindex(store: JsonlMemoryStore, store_root: Path) -> None:
+def test_cli_reindex(run_cli, store: JsonlMemoryStore, store_root: Path) -> None:
     seed_with(store, HashingEmbedder(dim=64), "ada")
     seed_with(store, HashingEmbedder(dim=64), "bob")
     total = sum(sum(store.snapshot(u).counts.values()) for u in ("ada", "bob"))
@@ -678,7 +667,7 @@ def test_cli_reindex(store: JsonlMemoryStore, store_root: Path) -> None:
     assert [m.record.content.preference for m in found.persona] == ["salmon"]
 
 
-def test_cli_reindex_of_a_missing_store(tmp_path: Path) -> None:
+def test_cli_reindex_of_a_missing_store(run_cli, tmp_path: Path) -> None:
     result = run_cli("reindex", str(tmp_path / "nowhere"))
     assert result.returncode == 1
     assert "no memory store at" in result.stderr

@@ -36,15 +36,6 @@ def seed(store: JsonlMemoryStore, user: str = "ada") -> None:
     )
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "autopersona_flows", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-
-
 def test_snapshot_holds_every_layer_in_id_order(store: JsonlMemoryStore) -> None:
     seed(store)
     snapshot = store.snapshot("ada")
@@ -108,7 +99,7 @@ def test_snapshot_of_a_corrupt_bank_fails_and_changes_nothing(
 
 
 def test_export_and_import_round_trip_through_the_cli(
-    store: JsonlMemoryStore, tmp_path: Path
+    run_cli, store: JsonlMemoryStore, tmp_path: Path
 ) -> None:
     seed(store)
     dest = tmp_path / "exports" / "ada.json"
@@ -152,7 +143,7 @@ def test_python_module_entry_point_exports(store: JsonlMemoryStore, tmp_path: Pa
 
 
 def test_import_over_existing_memories_needs_replace(
-    store: JsonlMemoryStore, tmp_path: Path
+    run_cli, store: JsonlMemoryStore, tmp_path: Path
 ) -> None:
     seed(store)
     dest = tmp_path / "ada.json"
@@ -226,7 +217,7 @@ def test_bad_snapshot_files_and_missing_stores_are_clear_errors(
     assert "no memory store at" in capsys.readouterr().err
 
 
-def test_users_and_verify_commands(store: JsonlMemoryStore, store_root: Path) -> None:
+def test_users_and_verify_commands(run_cli, store: JsonlMemoryStore, store_root: Path) -> None:
     seed(store, "ada")
     seed(store, "bob")
     users = run_cli("users", str(store_root))
@@ -249,7 +240,7 @@ def test_users_and_verify_commands(store: JsonlMemoryStore, store_root: Path) ->
 
 
 def test_export_into_a_missing_folder_fails_cleanly_and_creates_nothing(
-    store: JsonlMemoryStore, tmp_path: Path
+    run_cli, store: JsonlMemoryStore, tmp_path: Path
 ) -> None:
     seed(store)
     (tmp_path / "afile").write_text("not a folder")
