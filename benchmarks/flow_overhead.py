@@ -44,7 +44,7 @@ When the bar is missed (or with ``--profile``) the overhead is broken down:
 **Part 2, replay after a pause.** A chain of the same length where node
 ``--pause-at`` (25) has a requirement nobody has answered, so the agent asks and
 the run pauses. A thread of this script plays the person: it waits for the
-paused flow run and answers through the API (``resume_flow_run``), as the resume
+paused flow run and answers through the API (``answer_clarification``), as the resume
 dialog of the Prefect UI would. This first run has ``episode_id="bench-ep"``; the
 script records which tools ran before the answer and which after. Then the graph
 is *replayed*: run again as a new flow run with the same episode id, so every
@@ -106,15 +106,6 @@ from typing import Any  # noqa: E402
 from _common import progress  # noqa: E402
 from prefect import Task, flow, task  # noqa: E402
 from prefect.client.orchestration import get_client  # noqa: E402
-from prefect.client.schemas.filters import (  # noqa: E402
-    FlowFilter,
-    FlowFilterName,
-    FlowRunFilter,
-    FlowRunFilterState,
-    FlowRunFilterStateType,
-)
-from prefect.client.schemas.objects import StateType  # noqa: E402
-from prefect.flow_runs import resume_flow_run  # noqa: E402
 from prefect.futures import wait  # noqa: E402
 
 from autopersona_flows import (  # noqa: E402
@@ -133,6 +124,8 @@ from autopersona_flows.flows import (  # noqa: E402
     OrjsonSerializer,
     TaskGraph,
     TaskNode,
+    answer_clarification,
+    pending_clarifications,
     run_persona_graph,
 )
 
@@ -701,20 +694,15 @@ class Person:
             raise RuntimeError(f"the answering thread failed: {self.error!r}")
 
     def _serve(self) -> None:
-        paused = FlowRunFilter(
-            state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.PAUSED]))
-        )
-        ours = FlowFilter(name=FlowFilterName(any_=["persona-graph"]))
         try:
-            with get_client(sync_client=True) as client:
-                while not self.stop.is_set():
-                    for run in client.read_flow_runs(flow_filter=ours, flow_run_filter=paused):
-                        key = (run.state.state_details.pause_key or "") if run.state else ""
-                        if key.startswith(self.prefix) and str(run.id) not in self.answered:
-                            RECORDER.answered.set()
-                            resume_flow_run(run.id, run_input={"answer": self.answer})
-                            self.answered.append(str(run.id))
-                    self.stop.wait(0.25)
+            while not self.stop.is_set():
+                for waiting in pending_clarifications():
+                    run_id = str(waiting.flow_run_id)
+                    if waiting.key.startswith(self.prefix) and run_id not in self.answered:
+                        RECORDER.answered.set()
+                        answer_clarification(run_id, self.answer)
+                        self.answered.append(run_id)
+                self.stop.wait(0.25)
         except BaseException as exc:  # reported by __exit__
             self.error = exc
 

@@ -5,8 +5,10 @@ The Prefect UI's resume dialog does the same; this is for scripts, tests and CLI
 
 from __future__ import annotations
 
+import time
 from uuid import UUID
 
+import httpx
 import orjson
 from prefect.client.orchestration import SyncPrefectClient, get_client
 from prefect.client.schemas.filters import (
@@ -15,6 +17,7 @@ from prefect.client.schemas.filters import (
     FlowRunFilterStateType,
 )
 from prefect.client.schemas.objects import FlowRun, StateType
+from prefect.exceptions import FlowPauseTimeout, NotPausedError, ObjectNotFound
 from prefect.flow_runs import resume_flow_run
 from pydantic import BaseModel, ConfigDict
 
@@ -53,8 +56,14 @@ def _pending(client: SyncPrefectClient, flow_run: FlowRun) -> PendingClarificati
     keyset = details.run_input_keyset
     if not keyset or not str(details.pause_key or "").startswith("clarify-"):
         return None  # paused for something else than one of our questions
-    description = orjson.loads(client.read_flow_run_input(flow_run.id, keyset["description"]))
-    schema = orjson.loads(client.read_flow_run_input(flow_run.id, keyset["schema"]))
+    try:
+        description = orjson.loads(client.read_flow_run_input(flow_run.id, keyset["description"]))
+        schema = orjson.loads(client.read_flow_run_input(flow_run.id, keyset["schema"]))
+    except httpx.HTTPStatusError as exc:
+        if exc.response.status_code == 404:
+            # Prefect sets Paused first and saves the form just after: not askable yet.
+            return None
+        raise
     answer = schema.get("properties", {}).get("answer", {})
     question = answer.get("description") or next(
         (line.strip("*") for line in description.splitlines() if line.startswith("**")), ""
@@ -80,14 +89,37 @@ def pending_clarifications() -> list[PendingClarification]:
     return [pending for pending in found if pending is not None]
 
 
+_FORM_MISSING = "Run input schema not found"
+FORM_WAIT_SECONDS = 10.0
+"""How long an answer waits for the form of a run that has only just paused."""
+
+
 def answer_clarification(flow_run_id: UUID | str, answer: str) -> None:
     """Resume a waiting run with ``answer``.
 
+    A run that has only just paused may not have saved its form yet (Prefect sets the
+    state first); the answer then waits up to `FORM_WAIT_SECONDS` for it.
+
     Raises:
         AnswerRejectedError: If the server rejects the answer (not one of the options,
-            empty); the run stays paused and can be answered again.
+            empty, or the run's form never appeared); the run stays paused and can be
+            answered again; or if no such run is waiting for an answer.
     """
     try:
-        resume_flow_run(UUID(str(flow_run_id)), run_input={"answer": answer})
-    except RuntimeError as exc:
-        raise AnswerRejectedError(f"the answer {answer!r} was rejected: {exc}") from None
+        run_id = UUID(str(flow_run_id))
+    except ValueError:
+        raise AnswerRejectedError(f"{flow_run_id!r} is not a flow run id") from None
+    give_up = time.monotonic() + FORM_WAIT_SECONDS
+    while True:
+        try:
+            resume_flow_run(run_id, run_input={"answer": answer})
+            return
+        except ObjectNotFound:
+            raise AnswerRejectedError(f"there is no flow run {run_id}") from None
+        except (NotPausedError, FlowPauseTimeout):
+            raise AnswerRejectedError(f"flow run {run_id} is not waiting for an answer") from None
+        except RuntimeError as exc:
+            if _FORM_MISSING in str(exc) and time.monotonic() < give_up:
+                time.sleep(0.1)
+                continue
+            raise AnswerRejectedError(f"the answer {answer!r} was rejected: {exc}") from None

@@ -20,16 +20,10 @@ from uuid import UUID
 import prefect.settings as ps
 import pytest
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import (
-    FlowRunFilter,
-    FlowRunFilterState,
-    FlowRunFilterStateType,
-)
-from prefect.client.schemas.objects import FlowRun, StateType
 from prefect.testing.utilities import prefect_test_harness
 
 from autopersona_flows.agent import PersonaAgent
-from autopersona_flows.flows import NodeContext
+from autopersona_flows.flows import NodeContext, PendingClarification, pending_clarifications
 from autopersona_flows.memory import JsonlMemoryStore, MemoryRetriever
 
 # --------------------------------------------------------------------------- harness
@@ -178,36 +172,36 @@ def kit(tmp_path: Path) -> Iterator[FlowKit]:
 
 
 class PausedRunWatcher(threading.Thread):
-    """Waits (in its own thread) for a paused flow run and hands it to ``on_paused``.
+    """Waits (in its own thread) for a run to ask a question and hands it to ``on_paused``.
 
+    It waits for `pending_clarifications`, not for the Paused state: Prefect sets the
+    state before it saves the run's form, and an answer sent in between is refused.
     Assertions cannot fail a test from another thread, so whatever ``on_paused``
     raises is kept in ``error`` for the test to re-raise after `join`.
     """
 
-    def __init__(self, on_paused: Callable[[FlowRun], None], *, deadline: float = 120.0) -> None:
+    def __init__(
+        self, on_paused: Callable[[PendingClarification], None], *, deadline: float = 120.0
+    ) -> None:
         super().__init__(daemon=True)
         self.on_paused = on_paused
         self.deadline = deadline
-        self.flow_run: FlowRun | None = None
+        self.waiting: PendingClarification | None = None
         self.error: BaseException | None = None
         self.halt = threading.Event()
 
     def run(self) -> None:
-        paused = FlowRunFilter(
-            state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.PAUSED]))
-        )
         try:
-            with get_client(sync_client=True) as client:
-                until = time.monotonic() + self.deadline
-                while not self.halt.is_set() and time.monotonic() < until:
-                    runs = client.read_flow_runs(flow_run_filter=paused)
-                    if runs:
-                        self.flow_run = runs[0]
-                        self.on_paused(runs[0])
-                        return
-                    time.sleep(0.1)
-                if not self.halt.is_set():
-                    raise TimeoutError(f"no run paused within {self.deadline} s")
+            until = time.monotonic() + self.deadline
+            while not self.halt.is_set() and time.monotonic() < until:
+                pending = pending_clarifications()
+                if pending:
+                    self.waiting = pending[0]
+                    self.on_paused(pending[0])
+                    return
+                time.sleep(0.1)
+            if not self.halt.is_set():
+                raise TimeoutError(f"no run asked a question within {self.deadline} s")
         except BaseException as exc:  # re-raised by the test in finish()
             self.error = exc
 
@@ -218,16 +212,18 @@ class PausedRunWatcher(threading.Thread):
         assert not self.is_alive(), "the resuming thread did not finish"
         if self.error is not None:
             raise self.error
-        assert self.flow_run is not None, "no run paused"
-        return self.flow_run.id
+        assert self.waiting is not None, "no run paused"
+        return self.waiting.flow_run_id
 
 
 @pytest.fixture
-def watch_for_pause() -> Iterator[Callable[[Callable[[FlowRun], None]], PausedRunWatcher]]:
+def watch_for_pause() -> Iterator[
+    Callable[[Callable[[PendingClarification], None]], PausedRunWatcher]
+]:
     """Start a `PausedRunWatcher`; any still running at teardown are stopped and joined."""
     started: list[PausedRunWatcher] = []
 
-    def start(on_paused: Callable[[FlowRun], None]) -> PausedRunWatcher:
+    def start(on_paused: Callable[[PendingClarification], None]) -> PausedRunWatcher:
         watcher = PausedRunWatcher(on_paused)
         started.append(watcher)
         watcher.start()

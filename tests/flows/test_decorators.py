@@ -7,11 +7,10 @@ from typing import Any
 
 import pytest
 from prefect import flow
-from prefect.flow_runs import resume_flow_run
 
 from autopersona_flows.agent import PersonaAgent, Requirement
 from autopersona_flows.errors import FlowConfigurationError, NodeOutputError
-from autopersona_flows.flows import NodeContext, persona_runtime, persona_task
+from autopersona_flows.flows import NodeContext, answer_clarification, persona_runtime, persona_task
 from autopersona_flows.memory import PersonaMemory
 
 CALLS: Counter[str] = Counter()
@@ -63,7 +62,7 @@ def test_a_persona_task_asks_once_runs_once_and_remembers(
     prefect_harness, kit, watch_for_pause
 ) -> None:
     kit.store.add("ada", PersonaMemory(topic="summary length", preference="one paragraph"))
-    watcher = watch_for_pause(lambda run: resume_flow_run(run.id, run_input={"answer": "MLA"}))
+    watcher = watch_for_pause(lambda waiting: answer_clarification(waiting.flow_run_id, "MLA"))
     first = write_paper(kit.agent, "ada")
     watcher.finish()
     assert first["references"] == {"style": "MLA", "references": ["Knuth 1984"], "numbered": True}

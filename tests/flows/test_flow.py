@@ -17,7 +17,7 @@ from prefect.client.schemas.filters import (
     FlowRunFilter,
     FlowRunFilterId,
 )
-from prefect.client.schemas.objects import Artifact, FlowRun, StateType, TaskRun
+from prefect.client.schemas.objects import Artifact, StateType, TaskRun
 from prefect.flow_runs import resume_flow_run
 
 from autopersona_flows.agent import (
@@ -33,6 +33,7 @@ from autopersona_flows.errors import (
     PolicyError,
 )
 from autopersona_flows.flows import (
+    PendingClarification,
     TaskGraph,
     TaskNode,
     persona_graph,
@@ -120,12 +121,12 @@ def test_a_missing_preference_pauses_the_run_until_a_valid_answer(kit, watch_for
     key = clarification_key("draft", ClarifyDecision(question=QUESTION))
     seen: dict[str, Any] = {}
 
-    def answer(run: FlowRun) -> None:
-        seen["pause_key"] = run.state.state_details.pause_key
+    def answer(waiting: PendingClarification) -> None:
+        seen["pause_key"] = waiting.key
         with pytest.raises(RuntimeError, match="Validation failed"):
-            resume_flow_run(run.id, run_input={"answer": "Harvard"})  # not an option
-        seen["after_invalid_answer"] = read_state(run.id)
-        resume_flow_run(run.id, run_input={"answer": "APA"})
+            resume_flow_run(waiting.flow_run_id, run_input={"answer": "Harvard"})  # not an option
+        seen["after_invalid_answer"] = read_state(waiting.flow_run_id)
+        resume_flow_run(waiting.flow_run_id, run_input={"answer": "APA"})
 
     watcher = watch_for_pause(answer)
     result = run_persona_graph(graph, USER, QUERY, agent=kit.agent, pause_timeout=60, **FAST)

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from prefect.flow_runs import resume_flow_run
-
 from autopersona_flows.agent import Requirement
-from autopersona_flows.flows import TaskGraph, TaskNode, run_persona_graph
+from autopersona_flows.flows import TaskGraph, TaskNode, answer_clarification, run_persona_graph
 
 
 def test_replaying_an_answered_episode_runs_nothing_again(
@@ -26,7 +24,7 @@ def test_replaying_an_answered_episode_runs_nothing_again(
         "poll_interval": 0.5,
         "pause_timeout": 120,  # a second question would fail the test instead of hanging it
     }
-    watcher = watch_for_pause(lambda run: resume_flow_run(run.id, run_input={"answer": "eu-west"}))
+    watcher = watch_for_pause(lambda waiting: answer_clarification(waiting.flow_run_id, "eu-west"))
     first = run_persona_graph(graph, "ada", "Ship release 42", **options)
     watcher.finish()
     assert dict(kit.calls) == {"build": 1, "deploy": 1, "announce": 1}
