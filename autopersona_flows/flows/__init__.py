@@ -13,13 +13,21 @@ from autopersona_flows.flows.answers import (
 from autopersona_flows.flows.cache_policies import NodeCachePolicy, node_cache_key
 from autopersona_flows.flows.context import NodeContext, PersonaRuntime, persona_runtime
 from autopersona_flows.flows.decorators import PersonaTask, persona_task
-from autopersona_flows.flows.flow import persona_graph, run_persona_graph
-from autopersona_flows.flows.graph import TaskGraph, TaskNode, resolve_tool
+from autopersona_flows.flows.flow import graph_runner, persona_graph, run_persona_graph
+from autopersona_flows.flows.graph import GraphSpec, NodeSpec, TaskGraph, TaskNode, resolve_tool
 from autopersona_flows.flows.serializers import OrjsonSerializer
+from autopersona_flows.flows.settings import (
+    AutopersonaSettings,
+    runtime_from_settings,
+    store_from_settings,
+)
 
 __all__ = [
+    "AutopersonaSettings",
+    "GraphSpec",
     "NodeCachePolicy",
     "NodeContext",
+    "NodeSpec",
     "OrjsonSerializer",
     "PendingClarification",
     "PersonaRuntime",
@@ -27,6 +35,7 @@ __all__ = [
     "TaskGraph",
     "TaskNode",
     "answer_clarification",
+    "graph_runner",
     "node_cache_key",
     "pending_clarifications",
     "persona_graph",
@@ -34,4 +43,6 @@ __all__ = [
     "persona_task",
     "resolve_tool",
     "run_persona_graph",
+    "runtime_from_settings",
+    "store_from_settings",
 ]

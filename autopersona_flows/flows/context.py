@@ -141,14 +141,13 @@ def persona_runtime(agent: PersonaAgent | None = None, **options: Any) -> Iterat
             my_flow()
 
     Args:
-        agent: The agent; inherited from an enclosing block if omitted.
+        agent: The agent; inherited from an enclosing block, or built from the
+            settings (see `current_runtime`), if omitted.
         **options: Any other field of `PersonaRuntime`.
     """
     outer = _RUNTIME.get()
     if agent is None:
-        if outer is None:
-            raise FlowConfigurationError("persona_runtime needs an agent")
-        runtime = replace(outer, **options)
+        runtime = replace(current_runtime(), **options)
     else:
         base = {} if outer is None else {k: v for k, v in vars(outer).items() if k != "agent"}
         runtime = PersonaRuntime(agent=agent, **(base | options))
@@ -160,15 +159,18 @@ def persona_runtime(agent: PersonaAgent | None = None, **options: Any) -> Iterat
 
 
 def current_runtime() -> PersonaRuntime:
-    """The active runtime.
+    """The innermost `persona_runtime` block's runtime, else one built from the settings.
+
+    Runs started from a deployment have no caller to open a block, so they get their
+    agent and options from `AutopersonaSettings` (``PREFECT_INTEGRATIONS_AUTOPERSONA_*``).
 
     Raises:
-        FlowConfigurationError: Outside any `persona_runtime` block.
+        FlowConfigurationError: If there is no block and the settings cannot be used.
     """
     runtime = _RUNTIME.get()
     if runtime is None:
-        raise FlowConfigurationError(
-            "no PersonaAgent is configured: wrap the run in "
-            "`with persona_runtime(agent=...)` or call run_persona_graph(..., agent=...)"
-        )
+        # Imported here: the settings module builds PersonaRuntime objects from this one.
+        from autopersona_flows.flows.settings import runtime_from_settings  # noqa: PLC0415
+
+        runtime = runtime_from_settings()
     return runtime

@@ -12,10 +12,11 @@ from prefect.futures import PrefectFuture, wait
 from autopersona_flows.agent.agent import PersonaAgent
 from autopersona_flows.agent.decisions import ClarifyDecision, NodeInfo
 from autopersona_flows.flows.context import current_runtime, persona_runtime
-from autopersona_flows.flows.graph import TaskGraph, resolve_tool
+from autopersona_flows.flows.graph import GraphSpec, TaskGraph, resolve_tool
 from autopersona_flows.flows.tasks import NodeSteps, StepCounter, episode_of
+from autopersona_flows.memory.users import check_user_id
 
-__all__ = ["persona_graph", "run_persona_graph"]
+__all__ = ["graph_runner", "persona_graph", "run_persona_graph"]
 
 
 @flow(name="persona-graph", validate_parameters=False)
@@ -40,7 +41,40 @@ def persona_graph(
     Returns:
         ``outputs`` per node, the ``decisions`` taken, and run ``metrics``.
     """
+    return _run_graph(graph, user_id, query, episode_id)
+
+
+@flow(name="persona-graph-runner")
+def graph_runner(
+    graph: GraphSpec, user_id: str, query: str, episode_id: str | None = None
+) -> dict[str, Any]:
+    """Run a graph given as data: the deployable twin of `persona_graph`.
+
+    Its parameters are a typed form in the Prefect UI, so a person can start a run
+    there; its tools are import paths resolved where the run executes. With no
+    `persona_runtime` block (a deployment run), the agent and options come from
+    `AutopersonaSettings`.
+
+    Args:
+        graph: The nodes, with tool import paths, dependencies and requirements.
+        user_id: Whose memory to consult.
+        query: The user's request.
+        episode_id: See `persona_graph`.
+
+    Returns:
+        As `persona_graph`.
+    """
+    return _run_graph(graph.to_graph(), user_id, query, episode_id)
+
+
+def _run_graph(
+    graph: TaskGraph, user_id: str, query: str, episode_id: str | None
+) -> dict[str, Any]:
+    # The body of both flows; suspending is only allowed in a flow's own body, so
+    # neither may call the other as a subflow.
     started = time.perf_counter()
+    check_user_id(user_id)
+    tools_by_node = {node_id: resolve_tool(node.tool) for node_id, node in graph.nodes.items()}
     runtime = current_runtime()
     counter = StepCounter()
     steps = NodeSteps(runtime, episode_of(runtime, episode_id), counter)
@@ -58,7 +92,7 @@ def persona_graph(
             tools=tools,
             in_flight=list(futures.values()),
         )
-        run = steps.run_task(node.id, resolve_tool(node.tool), retries=node.retries)
+        run = steps.run_task(node.id, tools_by_node[node_id], retries=node.retries)
         inputs = {dependency: futures[dependency] for dependency in node.depends_on}
         futures[node_id] = run.submit(
             episode_id=steps.episode_id,
@@ -140,7 +174,8 @@ def run_persona_graph(
         user_id: Whose memory to consult.
         query: The user's request.
         episode_id: See `persona_graph`.
-        agent: The PersonaAgent; from the enclosing `persona_runtime` if omitted.
+        agent: The PersonaAgent; from the enclosing `persona_runtime`, or from the
+            settings, if omitted.
         **options: `PersonaRuntime` options (``pause_timeout``, ``poll_interval``,
             ``result_storage``, ``pause_mode``).
     """

@@ -13,7 +13,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from autopersona_flows.agent.decisions import Requirement
 from autopersona_flows.errors import GraphError
 
-__all__ = ["TaskGraph", "TaskNode", "resolve_tool"]
+__all__ = ["GraphSpec", "NodeSpec", "TaskGraph", "TaskNode", "resolve_tool"]
 
 _NODE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 _IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
@@ -85,6 +85,38 @@ class TaskNode(BaseModel):
         if len(set(depends_on)) != len(depends_on):
             raise ValueError(f"depends_on repeats a node: {depends_on}")
         return depends_on
+
+
+class NodeSpec(TaskNode):
+    """A `TaskNode` whose tool is an import path, so the node is plain data.
+
+    Attributes:
+        tool: ``"package.module:function"``, importable where the run executes.
+    """
+
+    tool: Annotated[
+        str, Field(pattern=_IMPORT_PATH.pattern, examples=["examples.paper_tools:draft"])
+    ]
+
+
+class GraphSpec(BaseModel):
+    """A task graph as data: the typed form a deployment's run takes.
+
+    Attributes:
+        nodes: The nodes, in declaration order.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    nodes: list[NodeSpec] = Field(min_length=1)
+
+    def to_graph(self) -> TaskGraph:
+        """The checked graph.
+
+        Raises:
+            GraphError: As `TaskGraph` does (duplicates, unknown nodes, cycles).
+        """
+        return TaskGraph(self.nodes)
 
 
 class TaskGraph:

@@ -113,8 +113,8 @@ def test_configuration_mistakes_are_clear(prefect_harness, kit) -> None:
         with persona_runtime(agent):
             summarise("text")
 
-    with pytest.raises(FlowConfigurationError, match="persona_runtime"):
-        no_runtime()
+    with pytest.raises(FlowConfigurationError, match="needs a user"):
+        no_runtime()  # the settings give an agent, never a user
     with pytest.raises(FlowConfigurationError, match="needs a user"):
         no_user(kit.agent)
     with (

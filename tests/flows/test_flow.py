@@ -335,14 +335,6 @@ def test_independent_nodes_run_concurrently(kit) -> None:
 # --------------------------------------------------------------------------- 7. configuration
 
 
-def test_a_graph_run_outside_any_persona_runtime_is_a_configuration_error(kit) -> None:
-    graph = TaskGraph([TaskNode(id="fetch", tool=kit.record)])
-
-    with pytest.raises(FlowConfigurationError, match="persona_runtime"):
-        persona_graph(graph=graph, user_id=USER, query=QUERY)
-    assert kit.calls == {}
-
-
 def test_a_policy_error_fails_the_run_and_is_not_retried(kit) -> None:
     asked: list[str] = []
 

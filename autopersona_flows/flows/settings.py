@@ -1,0 +1,146 @@
+"""Settings, the Prefect way: ``PREFECT_INTEGRATIONS_AUTOPERSONA_*`` and ``prefect.toml``.
+
+A run started from a deployment (the UI, a schedule, ``run_deployment``) has no
+Python caller to hand it a PersonaAgent, so it builds one from these settings.
+Every value can be set as an environment variable (e.g. in a work pool's
+``job_variables.env``), in ``prefect.toml`` under ``[integrations.autopersona]``
+or in ``pyproject.toml`` under ``[tool.prefect.integrations.autopersona]``.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from pathlib import Path
+from typing import Any
+
+from prefect.settings import get_current_settings
+from prefect.settings.base import PrefectBaseSettings, build_settings_config
+from pydantic import Field, SecretStr
+
+from autopersona_flows.agent.agent import PersonaAgent
+from autopersona_flows.agent.openai import OpenAICompatiblePolicy
+from autopersona_flows.agent.policies import EvidencePolicy, Policy
+from autopersona_flows.errors import FlowConfigurationError
+from autopersona_flows.flows.context import PauseMode, PersonaRuntime
+from autopersona_flows.memory.embedders import get_embedder
+from autopersona_flows.memory.jsonl import JsonlMemoryStore
+from autopersona_flows.memory.protocol import MemoryStore
+from autopersona_flows.memory.retrieval import MemoryRetriever
+
+__all__ = ["AutopersonaSettings", "runtime_from_settings", "store_from_settings"]
+
+
+class AutopersonaSettings(PrefectBaseSettings):
+    """Where memory lives and how persona-aware runs behave.
+
+    Attributes:
+        store: Folder of the JSONL memory store; ``$PREFECT_HOME/autopersona/memory``
+            if unset. Every worker that runs graphs for a user must see it.
+        embedder: ``hashing`` (default, no download), ``minilm`` (the extra) or
+            ``package.module:attr``. Must be what the store was written with.
+        policy: ``evidence`` (default, no LLM), ``openai`` (an OpenAI-compatible
+            server, see the ``llm_*`` settings) or ``package.module:attr`` naming a
+            `Policy` or a factory of one.
+        llm_base_url: The ``/v1`` URL of the chat-completions server.
+        llm_model: The model to ask.
+        llm_api_key: Its API key, if it needs one.
+        llm_timeout: Seconds per request.
+        pause_mode: ``auto`` (suspend runs of deployments, pause others), ``pause``
+            or ``suspend``.
+        pause_timeout: Seconds to wait for an answer before the run fails.
+        poll_interval: Seconds between checks while a run is paused in-process.
+        results: Folder where node results are kept for replay; Prefect's default
+            result storage if unset. A resumed run must see its first run's results.
+    """
+
+    model_config = build_settings_config(("integrations", "autopersona"))
+
+    store: Path | None = None
+    embedder: str = "hashing"
+    policy: str = "evidence"
+    llm_base_url: str | None = None
+    llm_model: str | None = None
+    llm_api_key: SecretStr | None = None
+    llm_timeout: float = Field(default=30.0, gt=0)
+    pause_mode: PauseMode = "auto"
+    pause_timeout: int = Field(default=3600, gt=0)
+    poll_interval: float = Field(default=1.0, gt=0)
+    results: Path | None = None
+
+    def store_path(self) -> Path:
+        """The store folder, defaulting under ``PREFECT_HOME``."""
+        if self.store is not None:
+            return self.store.expanduser()
+        return get_current_settings().home / "autopersona" / "memory"
+
+
+def store_from_settings(settings: AutopersonaSettings | None = None) -> MemoryStore:
+    """The memory store the settings name."""
+    settings = settings or AutopersonaSettings()
+    return JsonlMemoryStore(settings.store_path())
+
+
+def _cached_policy(settings: AutopersonaSettings) -> Policy:
+    key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
+    return _policy(
+        settings.policy, settings.llm_base_url, settings.llm_model, key, settings.llm_timeout
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _policy(
+    spec: str, base_url: str | None, model: str | None, api_key: str | None, timeout: float
+) -> Policy:
+    if spec == "evidence":
+        return EvidencePolicy()
+    if spec == "openai":
+        if not base_url or not model:
+            raise FlowConfigurationError(
+                "policy 'openai' needs PREFECT_INTEGRATIONS_AUTOPERSONA_LLM_BASE_URL and "
+                "PREFECT_INTEGRATIONS_AUTOPERSONA_LLM_MODEL"
+            )
+        return OpenAICompatiblePolicy(base_url, model, api_key, timeout=timeout)
+    module_name, _, attr = spec.partition(":")
+    if not attr:
+        raise FlowConfigurationError(
+            f"unknown policy {spec!r}: use 'evidence', 'openai' or 'package.module:attr'"
+        )
+    try:
+        target: Any = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise FlowConfigurationError(f"cannot import policy {spec!r}: {exc}") from exc
+    if isinstance(target, type) or not hasattr(target, "decide"):
+        try:
+            target = target()
+        except Exception as exc:
+            raise FlowConfigurationError(f"cannot build policy {spec!r}: {exc}") from exc
+    if not hasattr(target, "decide"):
+        raise FlowConfigurationError(f"{spec!r} is not a Policy (it has no decide method)")
+    return target
+
+
+@functools.lru_cache(maxsize=8)
+def _agent(store: Path, embedder: str, policy: Policy) -> PersonaAgent:
+    # One agent per configuration and process keeps its retrieval indexes warm across
+    # the runs a long-lived worker or server process executes.
+    retriever = MemoryRetriever(JsonlMemoryStore(store), get_embedder(embedder))
+    return PersonaAgent(retriever, policy)
+
+
+def runtime_from_settings(settings: AutopersonaSettings | None = None) -> PersonaRuntime:
+    """The runtime a run uses when no `persona_runtime` block configures one.
+
+    Raises:
+        FlowConfigurationError: If a setting names a policy that cannot be built.
+        EmbedderError: If the embedder setting names no embedder.
+    """
+    settings = settings or AutopersonaSettings()
+    agent = _agent(settings.store_path(), settings.embedder, _cached_policy(settings))
+    return PersonaRuntime(
+        agent=agent,
+        pause_mode=settings.pause_mode,
+        pause_timeout=settings.pause_timeout,
+        poll_interval=settings.poll_interval,
+        result_storage=settings.results.expanduser() if settings.results else None,
+    )
