@@ -15,6 +15,8 @@ from autopersona_flows.flows.context import NodeContext, PersonaRuntime, persona
 from autopersona_flows.flows.decorators import PersonaTask, persona_task
 from autopersona_flows.flows.flow import graph_runner, persona_graph, run_persona_graph
 from autopersona_flows.flows.graph import GraphSpec, NodeSpec, TaskGraph, TaskNode, resolve_tool
+from autopersona_flows.flows.ingestion import ingest_history
+from autopersona_flows.flows.maintenance import memory_maintenance
 from autopersona_flows.flows.serializers import OrjsonSerializer
 from autopersona_flows.flows.settings import (
     AutopersonaSettings,
@@ -36,6 +38,8 @@ __all__ = [
     "TaskNode",
     "answer_clarification",
     "graph_runner",
+    "ingest_history",
+    "memory_maintenance",
     "node_cache_key",
     "pending_clarifications",
     "persona_graph",

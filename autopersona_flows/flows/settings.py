@@ -52,6 +52,8 @@ class AutopersonaSettings(PrefectBaseSettings):
         poll_interval: Seconds between checks while a run is paused in-process.
         results: Folder where node results are kept for replay; Prefect's default
             result storage if unset. A resumed run must see its first run's results.
+        snapshots: Folder the maintenance flow exports snapshots to;
+            ``$PREFECT_HOME/autopersona/snapshots`` if unset.
     """
 
     model_config = build_settings_config(("integrations", "autopersona"))
@@ -67,12 +69,21 @@ class AutopersonaSettings(PrefectBaseSettings):
     pause_timeout: int = Field(default=3600, gt=0)
     poll_interval: float = Field(default=1.0, gt=0)
     results: Path | None = None
+    snapshots: Path | None = None
 
     def store_path(self) -> Path:
         """The store folder, defaulting under ``PREFECT_HOME``."""
-        if self.store is not None:
-            return self.store.expanduser()
-        return get_current_settings().home / "autopersona" / "memory"
+        return _or_home(self.store, "memory")
+
+    def snapshots_path(self) -> Path:
+        """The snapshots folder, defaulting under ``PREFECT_HOME``."""
+        return _or_home(self.snapshots, "snapshots")
+
+
+def _or_home(path: Path | None, name: str) -> Path:
+    if path is not None:
+        return path.expanduser()
+    return get_current_settings().home / "autopersona" / name
 
 
 def store_from_settings(settings: AutopersonaSettings | None = None) -> MemoryStore:

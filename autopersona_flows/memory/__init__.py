@@ -21,6 +21,14 @@ from autopersona_flows.memory.ingestion import (
     refine_workspace,
 )
 from autopersona_flows.memory.jsonl import JsonlMemoryStore
+from autopersona_flows.memory.maintenance import (
+    Compactable,
+    MaintenanceReport,
+    MemoryMerge,
+    consolidate_duplicates,
+    expire_workspace,
+    maintain_user,
+)
 from autopersona_flows.memory.persona2web import (
     Persona2WebCase,
     history_to_raw_tasks,
@@ -68,6 +76,7 @@ from autopersona_flows.memory.users import check_user_id
 __all__ = [
     "LAYERS",
     "ChangeSet",
+    "Compactable",
     "Embedder",
     "Embedding",
     "FunctionEmbedder",
@@ -78,9 +87,11 @@ __all__ = [
     "JsonValue",
     "JsonlMemoryStore",
     "LayerContent",
+    "MaintenanceReport",
     "MemoryBundle",
     "MemoryChange",
     "MemoryLayer",
+    "MemoryMerge",
     "MemoryRecord",
     "MemoryRetriever",
     "MemorySnapshot",
@@ -99,12 +110,15 @@ __all__ = [
     "WorkspaceMemory",
     "as_content",
     "check_user_id",
+    "consolidate_duplicates",
     "content_type",
     "embed_records",
+    "expire_workspace",
     "get_embedder",
     "history_to_raw_tasks",
     "ingest_task_history",
     "load_persona2web",
+    "maintain_user",
     "new_memory_id",
     "query_to_persona_request",
     "read_snapshot",

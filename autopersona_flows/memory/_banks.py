@@ -404,11 +404,22 @@ class Bank:
         fsync_dir(self.folder.parent)
         fsync_dir(store_root)
 
+    @property
+    def dead(self) -> int:
+        """Log entries that no longer count: superseded versions, tombstones, batch markers."""
+        return self.entries - len(self.records)
+
+    def compact(self, *, create_store: Path) -> int:
+        """Rewrite the bank to its live records if it has dead entries; return how many."""
+        dead = self.dead
+        if dead:
+            self.rewrite(self.records.values(), create_store=create_store, compacting=True)
+        return dead
+
     def maybe_compact(self, min_dead: int, *, create_store: Path) -> None:
-        dead = self.entries - len(self.records)
-        if dead > max(min_dead, len(self.records)):
+        if self.dead > max(min_dead, len(self.records)):
             try:
-                self.rewrite(self.records.values(), create_store=create_store, compacting=True)
+                self.compact(create_store=create_store)
             except OSError as exc:
                 # The write that triggered this has landed; failing it now would make a
                 # caller retry (and duplicate) it. Compaction is retried on a later write.

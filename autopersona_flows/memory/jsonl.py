@@ -15,6 +15,7 @@ records that count only together. Every write is one append, flushed and fsynced
 before the call returns, so an add costs the same at 10 records as at 100,000.
 When dead entries outnumber live records the log is compacted: rewritten to a
 temporary file, fsynced and renamed over the bank, with a new generation.
+`JsonlMemoryStore.compact` does the same on demand (e.g. from a maintenance job).
 
 A crash in the middle of an append leaves an incomplete last entry. Readers
 ignore it; the next writer truncates it away. Any other malformed line raises
@@ -332,6 +333,41 @@ class JsonlMemoryStore:
             for layer, bank in banks.items():
                 if bank.generation is not None or snapshot.memories[layer]:
                     bank.rewrite(snapshot.memories[layer], create_store=self.root)
+
+    # -- beyond MemoryStore ----------------------------------------------------------------
+
+    def compact(self, user_id: str, layer: MemoryLayer | None = None) -> int:
+        """Rewrite a user's banks to their live records now, instead of when they next grow.
+
+        Each bank is compacted under its exclusive lock with the same crash-safe
+        rewrite as the automatic compaction: records, ids, timestamps, the change
+        history and the snapshot fingerprint stay as they were. A bank with nothing
+        dead is left untouched (not rewritten), and a bank that does not exist is
+        not created.
+
+        Args:
+            user_id: Whose banks to compact.
+            layer: Only this layer's bank; every layer by default.
+
+        Returns:
+            How many dead log entries (superseded versions, tombstones, batch
+            markers) were dropped; 0 if there were none.
+
+        Raises:
+            InvalidUserIdError: If ``user_id`` is not a valid user id.
+            ValueError: If ``layer`` is not one of `LAYERS`.
+            MemoryStoreCorruptionError: If a bank is malformed; it is left as it is.
+        """
+        banks = [self._bank(user_id, name) for name in (LAYERS if layer is None else (layer,))]
+        dropped = 0
+        for bank in banks:
+            # A missing bank has nothing dead, and an exclusive lock would create its folder.
+            if not bank.path.exists():
+                continue
+            with bank.hold(exclusive=True):
+                bank.sync()
+                dropped += bank.compact(create_store=self.root)
+        return dropped
 
 
 def _as_record(

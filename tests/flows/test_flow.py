@@ -28,7 +28,6 @@ from autopersona_flows.agent import (
 )
 from autopersona_flows.errors import (
     ClarificationTimeoutError,
-    FlowConfigurationError,
     NodeOutputError,
     PolicyError,
 )

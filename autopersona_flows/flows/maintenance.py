@@ -1,0 +1,109 @@
+"""The maintenance flow: scheduled upkeep of every user's memory bank."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Annotated, Any
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_table_artifact
+from pydantic import Field
+
+from autopersona_flows.flows.context import current_runtime
+from autopersona_flows.flows.settings import AutopersonaSettings
+from autopersona_flows.memory.maintenance import MaintenanceReport, maintain_user
+from autopersona_flows.memory.snapshots import write_snapshot
+from autopersona_flows.memory.users import check_user_id, user_key
+
+__all__ = ["memory_maintenance"]
+
+
+@task(name="maintain-user")
+def _maintain(
+    user_id: str,
+    workspace_max_age_days: float | None,
+    duplicate_threshold: float,
+    snapshots: Path,
+) -> dict[str, Any]:
+    retriever = current_runtime().agent.retriever
+    report: MaintenanceReport = maintain_user(
+        retriever.store,
+        user_id,
+        embedder=retriever.embedder,
+        duplicate_threshold=duplicate_threshold,
+        workspace_max_age=(
+            timedelta(days=workspace_max_age_days) if workspace_max_age_days else None
+        ),
+    )
+    snapshot = retriever.store.snapshot(user_id)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    folder = snapshots / user_key(user_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = write_snapshot(snapshot, folder / f"{stamp}-{snapshot.fingerprint[:16]}.json")
+    # Ids, counts and the fingerprint only: memory contents never reach the logs.
+    get_run_logger().info(
+        "user %s: %d expired, %d merged, %d dead entries compacted, fingerprint sha256:%s",
+        user_id,
+        len(report.expired),
+        len(report.merged),
+        report.compacted,
+        snapshot.fingerprint,
+    )
+    return {**report.model_dump(mode="json"), "snapshot": str(path)}
+
+
+@flow(name="memory-maintenance")
+def memory_maintenance(
+    user_id: str | None = None,
+    workspace_max_age_days: Annotated[float, Field(gt=0)] | None = 90,
+    duplicate_threshold: Annotated[float, Field(gt=0, le=1)] = 0.9,
+    snapshot_dir: str | None = None,
+) -> list[dict[str, Any]]:
+    """Expire, consolidate, compact and snapshot the memory of every user (or one).
+
+    Per user, as its own task: workspace memories older than the age are deleted,
+    near-duplicates are merged through the update guards (the newer wording stays),
+    the banks are compacted, and a snapshot is exported. A table artifact reports
+    what changed and each snapshot's fingerprint; memory contents are never logged.
+
+    Args:
+        user_id: Only this user; every user of the store if ``None``.
+        workspace_max_age_days: Age after which a workspace memory expires; ``None``
+            keeps them all.
+        duplicate_threshold: Similarity at which two memories of a layer are one.
+        snapshot_dir: Where snapshots go (one folder per user); the ``snapshots``
+            setting, or ``$PREFECT_HOME/autopersona/snapshots``, if ``None``.
+
+    Returns:
+        One report per user: ``expired`` and ``merged`` ids, ``compacted`` entries,
+        ``memories`` per layer, the snapshot's ``fingerprint`` and file.
+    """
+    store = current_runtime().agent.retriever.store
+    users = [check_user_id(user_id)] if user_id is not None else store.users()
+    snapshots = (
+        Path(snapshot_dir).expanduser() if snapshot_dir else AutopersonaSettings().snapshots_path()
+    )
+    reports = [
+        _maintain.with_options(task_run_name=f"maintain-{user_key(user)}")(
+            user, workspace_max_age_days, duplicate_threshold, snapshots
+        )
+        for user in users
+    ]
+    create_table_artifact(
+        key="autopersona-maintenance",
+        table=[
+            {
+                "user": report["user_id"],
+                "expired": len(report["expired"]),
+                "merged": len(report["merged"]),
+                "compacted": report["compacted"],
+                "memories": ", ".join(f"{k} {v}" for k, v in report["memories"].items()),
+                "fingerprint": f"sha256:{report['fingerprint']}",
+                "snapshot": report["snapshot"],
+            }
+            for report in reports
+        ],
+        description=f"Memory maintenance of {len(reports)} users",
+    )
+    return reports

@@ -1,0 +1,291 @@
+"""Scheduled upkeep of a user's memory bank: expire, consolidate, compact.
+
+`maintain_user` runs the three steps for one user and returns a `MaintenanceReport`
+of ids and counts, never contents, so it can be logged or published as it is. Each
+step holds one bank's lock at a time, so the user's other banks stay writable, and
+every removal goes through `MemoryStore.delete`: what is removed stays in the change
+history. A flow schedules these functions; this module does not import Prefect.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from autopersona_flows.memory.embedders import Embedder
+from autopersona_flows.memory.index import content_digest
+from autopersona_flows.memory.protocol import MemoryStore
+from autopersona_flows.memory.records import LAYERS, MemoryLayer, MemoryRecord, content_type
+from autopersona_flows.memory.retrieval import MemoryRetriever, SearchRequest
+from autopersona_flows.memory.text import memory_text
+from autopersona_flows.memory.users import check_user_id
+
+__all__ = [
+    "Compactable",
+    "MaintenanceReport",
+    "MemoryMerge",
+    "consolidate_duplicates",
+    "expire_workspace",
+    "maintain_user",
+]
+
+
+@runtime_checkable
+class Compactable(Protocol):
+    """A store that drops dead log entries on demand, as `JsonlMemoryStore` does.
+
+    Compaction is optional for a `MemoryStore`; `maintain_user` skips it for a
+    store that is not `Compactable` (checked with ``isinstance``).
+    """
+
+    def compact(self, user_id: str, layer: MemoryLayer | None = None) -> int:
+        """Rewrite the user's banks (or one layer's) to their live records.
+
+        Contract: records and the snapshot fingerprint stay as they were; a bank
+        with nothing dead is not rewritten. Returns how many entries were dropped.
+        """
+        ...
+
+
+class MemoryMerge(BaseModel):
+    """Two near-duplicate memories merged into one: the newer kept, the older removed.
+
+    Attributes:
+        layer: The layer both belong to.
+        kept: The id of the memory that stays, unchanged.
+        removed: The id of the memory deleted (it stays in the change history).
+    """
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    layer: MemoryLayer
+    kept: str
+    removed: str
+
+
+class MaintenanceReport(BaseModel):
+    """What `maintain_user` did to one user's bank: ids and counts, never contents.
+
+    Attributes:
+        user_id: Whose bank was maintained.
+        expired: Ids of the workspace memories removed for their age.
+        merged: The near-duplicate merges, in the order they were made.
+        compacted: Dead log entries dropped (0 if the store is not `Compactable`).
+        memories: Live memories per layer afterwards.
+        fingerprint: The user's snapshot fingerprint afterwards.
+    """
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    user_id: str
+    expired: list[str] = Field(default_factory=list)
+    merged: list[MemoryMerge] = Field(default_factory=list)
+    compacted: Annotated[int, Field(ge=0)] = 0
+    memories: dict[MemoryLayer, int]
+    fingerprint: str
+
+
+def _check_threshold(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 < value <= 1.0:
+        raise ValueError(f"duplicate_threshold must be a number in (0, 1], got {value!r}")
+    return float(value)
+
+
+def _check_age(value: Any) -> timedelta:
+    if not isinstance(value, timedelta) or value <= timedelta(0):
+        raise ValueError(
+            f"the workspace max age must be a positive datetime.timedelta "
+            f"(e.g. timedelta(days=30)), got {value!r}"
+        )
+    return value
+
+
+def _check_now(value: Any) -> datetime:
+    if value is None:
+        return datetime.now(UTC)
+    if not isinstance(value, datetime) or value.utcoffset() is None:
+        raise ValueError(f"now must be a timezone-aware datetime, got {value!r}")
+    return value
+
+
+def expire_workspace(
+    store: MemoryStore, user_id: str, max_age: timedelta, *, now: datetime | None = None
+) -> list[str]:
+    """Delete the user's workspace memories whose content is older than ``max_age``.
+
+    A memory expires when its ``updated_at`` is earlier than ``now - max_age``.
+    Only workspace state goes stale: trajectories and persona memories are kept.
+
+    Args:
+        store: The memory store.
+        user_id: Whose workspace memories to expire.
+        max_age: How long a workspace memory lives after its last update.
+        now: The reference time; the current time by default.
+
+    Returns:
+        The ids of the expired memories, oldest first.
+
+    Raises:
+        InvalidUserIdError: If ``user_id`` is not a valid user id.
+        ValueError: If ``max_age`` is not a positive timedelta or ``now`` is not
+            a timezone-aware datetime.
+    """
+    check_user_id(user_id)
+    cutoff = _check_now(now) - _check_age(max_age)
+
+    def stale() -> list[str]:
+        return [r.id for r in store.list(user_id, "workspace") if r.updated_at < cutoff]
+
+    if not stale():  # read first: no write lock (nor a new bank folder) for nothing
+        return []
+    with store.locked(user_id, "workspace"):
+        expired = stale()
+        for memory_id in expired:
+            store.delete(user_id, "workspace", memory_id)
+    return expired
+
+
+def consolidate_duplicates(
+    store: MemoryStore,
+    user_id: str,
+    layer: MemoryLayer,
+    *,
+    embedder: Embedder | None = None,
+    duplicate_threshold: float = 0.9,
+) -> list[MemoryMerge]:
+    """Merge the near-duplicate memories of one of the user's layers, keeping the newer.
+
+    Two memories are near duplicates by the rules of `MemoryUpdater` and
+    `HeuristicResolver`: equal content, or a retrieval score (see `Scoring`) of at
+    least ``duplicate_threshold``. Memories are visited oldest first (by
+    ``updated_at``, then id): one with a newer near duplicate is deleted in favour
+    of the most similar such, else its older near duplicates are deleted in its
+    favour, so every merge is of a pair that scored as duplicates. Passes repeat
+    under the bank's lock until one merges nothing (a removal shifts the lexical
+    statistics of the rest), so a second call merges nothing. The stored
+    embeddings are used; each memory's text is embedded only as a query.
+
+    Args:
+        store: The memory store.
+        user_id: Whose memories to consolidate; no other user's are read.
+        layer: The layer to consolidate.
+        embedder: The store's embedder; `HashingEmbedder` by default.
+        duplicate_threshold: Score from which two memories say the same thing.
+
+    Returns:
+        The merges made, in order.
+
+    Raises:
+        InvalidUserIdError: If ``user_id`` is not a valid user id.
+        ValueError: If ``layer`` is unknown or ``duplicate_threshold`` is not in (0, 1].
+        EmbeddingMismatchError: If the bank was embedded by another embedder.
+    """
+    check_user_id(user_id)
+    content_type(layer)
+    threshold = _check_threshold(duplicate_threshold)
+    if len(store.list(user_id, layer)) < 2:  # nothing to merge: no write lock taken
+        return []
+    retriever = MemoryRetriever(store, embedder)
+    merges: list[MemoryMerge] = []
+    with store.locked(user_id, layer):
+        while made := _merge_pass(store, retriever, user_id, layer, threshold):
+            merges += made
+    return merges
+
+
+def _age(record: MemoryRecord) -> tuple[datetime, str]:
+    return record.updated_at, record.id
+
+
+def _merge_pass(
+    store: MemoryStore,
+    retriever: MemoryRetriever,
+    user_id: str,
+    layer: MemoryLayer,
+    threshold: float,
+) -> list[MemoryMerge]:
+    records = sorted(store.list(user_id, layer), key=_age)
+    # Equal content is a duplicate whatever it scores: BM25 normalises by length, so a
+    # long memory can score below the threshold against its own text.
+    same: dict[str, list[MemoryRecord]] = {}
+    for record in records:
+        same.setdefault(content_digest(record.content), []).append(record)
+    removed: set[str] = set()
+    merges = []
+    for record in records:
+        if record.id in removed:
+            continue
+        search = SearchRequest(layer=layer, query=memory_text(record.content))
+        found = retriever.retrieve(user_id, [search], top_k=len(records), min_similarity=threshold)
+        twins = {  # exact twins first, then by score: the first is the most similar
+            twin.id: twin
+            for twin in [*same[content_digest(record.content)], *(s.record for s in found)]
+            if twin.id != record.id and twin.id not in removed
+        }
+        newer = [twin for twin in twins.values() if _age(twin) > _age(record)]
+        pairs = [(newer[0], record)] if newer else [(record, twin) for twin in twins.values()]
+        for kept, old in pairs:
+            store.delete(user_id, layer, old.id)
+            removed.add(old.id)
+            merges.append(MemoryMerge(layer=layer, kept=kept.id, removed=old.id))
+    return merges
+
+
+def maintain_user(
+    store: MemoryStore,
+    user_id: str,
+    *,
+    embedder: Embedder | None = None,
+    duplicate_threshold: float = 0.9,
+    workspace_max_age: timedelta | None = None,
+    now: datetime | None = None,
+) -> MaintenanceReport:
+    """Expire stale workspace memories, merge near duplicates, then compact the banks.
+
+    Every argument is checked before anything is changed. A user without
+    memories is not an error (a job going through `MemoryStore.users` may meet
+    one that was just emptied): the report then has zero counts, and nothing is
+    written, not even an empty bank.
+
+    Args:
+        store: The memory store; compacted only if it is `Compactable`.
+        user_id: Whose bank to maintain.
+        embedder: The store's embedder, for consolidation; `HashingEmbedder` by default.
+        duplicate_threshold: See `consolidate_duplicates`.
+        workspace_max_age: Expire workspace memories older than this (see
+            `expire_workspace`); ``None`` expires nothing.
+        now: The reference time for expiry; the current time by default.
+
+    Returns:
+        What was done, as ids and counts.
+
+    Raises:
+        InvalidUserIdError: If ``user_id`` is not a valid user id.
+        ValueError: If ``duplicate_threshold``, ``workspace_max_age`` or ``now`` is invalid.
+        EmbeddingMismatchError: If the bank was embedded by another embedder.
+    """
+    check_user_id(user_id)
+    _check_threshold(duplicate_threshold)
+    now = _check_now(now)
+    expired = []
+    if workspace_max_age is not None:
+        expired = expire_workspace(store, user_id, _check_age(workspace_max_age), now=now)
+    merged = [
+        merge
+        for layer in LAYERS
+        for merge in consolidate_duplicates(
+            store, user_id, layer, embedder=embedder, duplicate_threshold=duplicate_threshold
+        )
+    ]
+    compacted = store.compact(user_id) if isinstance(store, Compactable) else 0
+    snapshot = store.snapshot(user_id)  # one consistent read for both counts and fingerprint
+    return MaintenanceReport(
+        user_id=user_id,
+        expired=expired,
+        merged=merged,
+        compacted=compacted,
+        memories=dict(snapshot.counts),
+        fingerprint=snapshot.fingerprint,
+    )

@@ -1,0 +1,141 @@
+"""A real Prefect stack on loopback: ``prefect server start``, a process work pool,
+``prefect --no-prompt deploy --all`` from the repository's ``prefect.yaml``, and a
+``prefect worker``; all in a scratch ``PREFECT_HOME`` and stopped by process group.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import prefect.settings as ps
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PREFECT = [sys.executable, "-m", "prefect"]
+POOL = "autopersona"  # the work pool prefect.yaml names
+
+
+@dataclass
+class Stack:
+    """The running stack and the folders its runs write to."""
+
+    api_url: str
+    env: dict[str, str]
+    root: Path
+
+    @property
+    def store(self) -> Path:
+        return self.root / "memory"
+
+    @property
+    def worklog(self) -> Path:
+        return self.root / "worklog.jsonl"
+
+    @property
+    def snapshots(self) -> Path:
+        return self.root / "snapshots"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _start(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    # Own session: the whole group is stopped at the end; a background worker
+    # ignores SIGTERM otherwise (PREFECT_NOTES §7).
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            command, env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    for sig, grace in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _run(command: list[str], env: dict[str, str]) -> str:
+    done = subprocess.run(
+        command, env=env, cwd=REPO, capture_output=True, text=True, timeout=180, check=False
+    )
+    assert done.returncode == 0, f"{command} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def _wait_healthy(api_url: str, server: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            pytest.fail(f"prefect server exited early:\n{log.read_text()[-3000:]}")
+        try:
+            if httpx.get(f"{api_url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    pytest.fail(f"prefect server not healthy within 180 s:\n{log.read_text()[-3000:]}")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """Server, pool, deployments and worker, up for the module; torn down on any exit."""
+    root = tmp_path_factory.mktemp("e2e")
+    api_url = f"http://127.0.0.1:{_free_port()}/api"
+    # Only what the stack needs: a test session's own Prefect settings must not leak in.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env |= {
+        "PREFECT_HOME": str(root / "prefect"),
+        "PREFECT_API_URL": api_url,
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "DO_NOT_TRACK": "1",
+        "PREFECT_SERVER_UI_ENABLED": "false",
+        "PREFECT_WORKER_QUERY_SECONDS": "1",
+        "PREFECT_WORKER_PREFETCH_SECONDS": "1",
+        "PREFECT_LOGGING_LEVEL": "INFO",
+        # What a deployment run builds its agent from (AutopersonaSettings).
+        "PREFECT_INTEGRATIONS_AUTOPERSONA_STORE": str(root / "memory"),
+        "PREFECT_INTEGRATIONS_AUTOPERSONA_RESULTS": str(root / "results"),
+        "PREFECT_INTEGRATIONS_AUTOPERSONA_SNAPSHOTS": str(root / "snapshots"),
+        "PREFECT_INTEGRATIONS_AUTOPERSONA_PAUSE_TIMEOUT": "600",
+        "AUTOPERSONA_EXAMPLES_WORKLOG": str(root / "worklog.jsonl"),
+    }
+    port = api_url.split(":")[2].split("/", maxsplit=1)[0]
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+        server_log = root / "server.log"
+        server = _start(
+            [*PREFECT, "server", "start", "--host", "127.0.0.1", "--port", port],
+            env,
+            server_log,
+        )
+        processes.append(server)
+        _wait_healthy(api_url, server, server_log)
+        _run([*PREFECT, "work-pool", "create", POOL, "--type", "process"], env)
+        _run([*PREFECT, "--no-prompt", "deploy", "--all"], env)
+        processes.append(
+            _start([*PREFECT, "worker", "start", "--pool", POOL], env, root / "worker.log")
+        )
+        with ps.temporary_settings(updates={ps.PREFECT_API_URL: api_url}):
+            yield Stack(api_url=api_url, env=env, root=root)
+    finally:
+        for process in reversed(processes):
+            _stop(process)

@@ -1,0 +1,149 @@
+"""End to end on a real server: UI-style runs of the deployments in ``prefect.yaml``.
+
+One story, in order (each test builds on the one before; they share the stack):
+Ada's history is ingested by the ingestion deployment; a run of the reading-group
+deployment suspends on the citation style, refuses an answer that is not an
+option, resumes in a new process and completes with every tool run exactly once;
+the answer is in Ada's persona memory, so the next run asks nothing; the nightly
+maintenance deployment reports the snapshot fingerprint of her bank.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+from uuid import UUID
+
+import orjson
+import pytest
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.objects import FlowRun
+from prefect.flow_runs import resume_flow_run
+
+from autopersona_flows.flows import pending_clarifications
+from autopersona_flows.memory import JsonlMemoryStore, read_snapshot
+from examples.reading_group import HISTORY, worklog
+
+pytestmark = pytest.mark.e2e
+
+TOOLS = ["gather_sources", "draft", "format_references", "share"]
+
+
+def start(deployment: str, parameters: dict[str, Any] | None = None) -> UUID:
+    """Create a run of ``deployment`` as the UI's Run button does."""
+    with get_client(sync_client=True) as client:
+        found = client.read_deployment_by_name(deployment)
+        return client.create_flow_run_from_deployment(found.id, parameters=parameters or {}).id
+
+
+def wait_for(run_id: UUID, *names: str, timeout: float = 150) -> FlowRun:
+    """Poll until the run's state is one of ``names`` (fails fast on a final other state)."""
+    deadline = time.monotonic() + timeout
+    with get_client(sync_client=True) as client:
+        while time.monotonic() < deadline:
+            run = client.read_flow_run(run_id)
+            if run.state is not None and run.state.name in names:
+                return run
+            if run.state is not None and run.state.is_final():
+                pytest.fail(f"run ended {run.state.name}: {run.state.message}")
+            time.sleep(0.5)
+    pytest.fail(f"run {run_id} not {names} within {timeout} s (last: {run.state})")
+
+
+def state_names(run_id: UUID) -> list[str]:
+    with get_client(sync_client=True) as client:
+        return [state.name for state in client.read_flow_run_states(run_id)]
+
+
+def tool_calls(stack) -> Counter[str]:
+    return Counter(line["tool"] for line in worklog(stack.worklog))
+
+
+def test_the_deployments_are_registered_with_the_nightly_schedule(stack) -> None:
+    with get_client(sync_client=True) as client:
+        nightly = client.read_deployment_by_name("memory-maintenance/nightly")
+        runner = client.read_deployment_by_name("persona-graph-runner/reading-group")
+        client.read_deployment_by_name("ingest-task-history/from-file")
+    (schedule,) = nightly.schedules
+    assert (schedule.schedule.cron, schedule.active) == ("0 3 * * *", True)
+    assert runner.parameters["user_id"] == "ada"
+    # The run form is typed: the graph is a GraphSpec, not a free JSON field.
+    assert "GraphSpec" in orjson.dumps(runner.parameter_openapi_schema).decode()
+
+
+def test_history_is_ingested_by_the_ingestion_deployment(stack) -> None:
+    history = stack.root / "history.jsonl"
+    history.write_bytes(b"".join(r.model_dump_json().encode() + b"\n" for r in HISTORY))
+
+    run = wait_for(start("ingest-task-history/from-file", {"path": str(history)}), "Completed")
+
+    with get_client(sync_client=True) as client:
+        progress = client.read_latest_artifacts()
+    by_key = {artifact.key: artifact for artifact in progress}
+    assert by_key["autopersona-ingestion"].data == 100.0
+    topics = {m.content.topic for m in JsonlMemoryStore(stack.store).list("ada", "persona")}
+    assert topics == {"summary length", "tone", "sharing channel"}
+    assert run.state.is_completed()
+
+
+def test_a_ui_run_suspends_asks_rejects_a_bad_answer_and_resumes_without_repeating_tools(
+    stack,
+) -> None:
+    run_id = start("persona-graph-runner/reading-group")
+    run = wait_for(run_id, "Suspended")
+
+    # The question, as the resume dialog shows it: the run input's description ...
+    (waiting,) = [p for p in pending_clarifications() if p.flow_run_id == run_id]
+    assert waiting.state == "Suspended"
+    assert waiting.question.startswith("Which citation style should I use for step")
+    assert waiting.options == ["APA", "MLA", "Chicago"]
+    keyset = run.state.state_details.run_input_keyset
+    with get_client(sync_client=True) as client:
+        description = orjson.loads(client.read_flow_run_input(run_id, keyset["description"]))
+        artifacts = client.read_artifacts()
+    assert waiting.question in description
+    # ... and the clarification artifact of the run.
+    (artifact,) = [a for a in artifacts if a.key == waiting.key and a.flow_run_id == run_id]
+    assert waiting.question in artifact.data
+    # Nodes that need nothing missing ran before the question; the rest wait.
+    assert tool_calls(stack) == {"gather_sources": 1, "draft": 1}
+
+    with pytest.raises(RuntimeError, match="Validation failed"):
+        resume_flow_run(run_id, run_input={"answer": "Harvard"})
+    assert wait_for(run_id, "Suspended").state.name == "Suspended"
+
+    resume_flow_run(run_id, run_input={"answer": "APA"})
+    wait_for(run_id, "Completed")
+
+    assert tool_calls(stack) == dict.fromkeys(TOOLS, 1)  # across both processes
+    processes = {line["tool"]: line["pid"] for line in worklog(stack.worklog)}
+    assert processes["gather_sources"] == processes["draft"]
+    assert processes["format_references"] == processes["share"] != processes["draft"]
+    assert "Resuming" in state_names(run_id)
+    persona = JsonlMemoryStore(stack.store).list("ada", "persona")
+    assert ("citation style", "APA") in {(m.content.topic, m.content.preference) for m in persona}
+
+
+def test_the_next_run_asks_nothing(stack) -> None:
+    run_id = start("persona-graph-runner/reading-group")
+    wait_for(run_id, "Completed")
+
+    assert "Suspended" not in state_names(run_id)
+    assert tool_calls(stack) == dict.fromkeys(TOOLS, 2)
+
+
+def test_the_maintenance_deployment_reports_the_snapshot_fingerprint(stack) -> None:
+    run_id = start("memory-maintenance/nightly")
+    wait_for(run_id, "Completed")
+
+    with get_client(sync_client=True) as client:
+        artifacts = client.read_artifacts()
+    (report,) = [a for a in artifacts if a.key == "autopersona-maintenance"]
+    (row,) = orjson.loads(report.data)
+    fingerprint = JsonlMemoryStore(stack.store).snapshot_fingerprint("ada")
+    assert (row["user"], row["fingerprint"]) == ("ada", f"sha256:{fingerprint}")
+    snapshot = read_snapshot(row["snapshot"])
+    assert snapshot.fingerprint == fingerprint
+    assert snapshot.user_id == "ada"
+    assert "plain and friendly" not in report.data  # counts and ids, never contents
