@@ -86,7 +86,13 @@ def ask(node_id: str, decision: ClarifyDecision, runtime: PersonaRuntime) -> str
         and bool(context.flow_run.deployment_id)
     )
     suspend = runtime.pause_mode == "suspend" or (runtime.pause_mode == "auto" and deployed)
-    create_markdown_artifact(markdown=markdown, key=key, description=decision.question)
+    fired = (
+        context is not None
+        and context.flow_run is not None
+        and key in (context.flow_run.empirical_policy.pause_keys or set())
+    )
+    if not fired:  # a resumed run passes here again; its question is already shown
+        create_markdown_artifact(markdown=markdown, key=key, description=decision.question)
     form = clarification_form(decision).with_initial_data(description=markdown)
     try:
         if suspend:

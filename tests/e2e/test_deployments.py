@@ -115,6 +115,9 @@ def test_a_ui_run_suspends_asks_rejects_a_bad_answer_and_resumes_without_repeati
 
     resume_flow_run(run_id, run_input={"answer": "APA"})
     wait_for(run_id, "Completed")
+    with get_client(sync_client=True) as client:
+        shown = [a for a in client.read_artifacts() if a.key == waiting.key]
+    assert len(shown) == 1  # the resumed process does not show the question again
 
     assert tool_calls(stack) == dict.fromkeys(TOOLS, 1)  # across both processes
     processes = {line["tool"]: line["pid"] for line in worklog(stack.worklog)}
