@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from autopersona_flows.agent.decisions import (
     ClarifyDecision,
@@ -29,6 +29,12 @@ class Policy(Protocol):
     guidance with the constraints that apply, or a clarification asking one
     question about what is missing. ``memories`` were retrieved for ``request``
     from its user's bank only.
+
+    A policy may also declare ``asks_without_requirements = False``: a promise never
+    to clarify a request without required requirements. Graphs then decide for
+    such nodes inside the node's own task, saving a Prefect task per node; a
+    policy that breaks the promise fails the node with a `PolicyError`. Without
+    the attribute a policy is assumed to ask anywhere.
     """
 
     def decide(self, request: PersonaRequest, memories: MemoryBundle) -> PersonaDecision:
@@ -79,6 +85,8 @@ class EvidencePolicy:
         guidance_threshold: The score other memories need to be added as guidance.
         max_guidance: At most this many memories beyond the requirements' evidence.
     """
+
+    asks_without_requirements: ClassVar[bool] = False  # see `Policy`
 
     def __init__(
         self, threshold: float = 0.5, guidance_threshold: float = 0.1, max_guidance: int = 5

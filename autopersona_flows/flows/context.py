@@ -165,7 +165,8 @@ def current_runtime() -> PersonaRuntime:
     agent and options from `AutopersonaSettings` (``PREFECT_INTEGRATIONS_AUTOPERSONA_*``).
 
     Raises:
-        FlowConfigurationError: If there is no block and the settings cannot be used.
+        FlowConfigurationError: If there is no block and the settings are invalid.
+        EmbedderError: If there is no block and the embedder setting names none.
     """
     runtime = _RUNTIME.get()
     if runtime is None:

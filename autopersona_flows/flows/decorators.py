@@ -64,29 +64,34 @@ class PersonaTask(Generic[P, R]):
         )
         steps = NodeSteps(runtime, episode_of(runtime, None), StepCounter())
         info = NodeInfo(id=self.node.id, instruction=self.node.instruction)
-        decision, answer = steps.prepare(
-            info,
-            requirements=self.node.requires,
-            user_id=runtime.user_id,
-            query=runtime.query,
-            tools=[],
-            in_flight=[],
-        )
-        run = steps.run_task(self.node.id, self.fn, retries=self.node.retries)
-        return run(
-            episode_id=steps.episode_id,
-            node_id=self.node.id,
-            inputs=steps.run_inputs(
-                info,
-                user_id=runtime.user_id,
-                query=runtime.query,
-                decision=decision,
-                answer=answer,
-                inputs={},
-                tools=[],
-                **arguments,
-            ),
-        )
+        with steps.active():
+            decision, answer = None, None
+            if steps.may_ask(self.node.requires):
+                decision, answer = steps.prepare(
+                    info,
+                    requirements=self.node.requires,
+                    user_id=runtime.user_id,
+                    query=runtime.query,
+                    tools=[],
+                    in_flight=[],
+                )
+            run = steps.run_task(self.node.id, self.fn, retries=self.node.retries)
+            result = run(
+                episode_id=steps.episode_id,
+                node_id=self.node.id,
+                inputs=steps.run_inputs(
+                    info,
+                    user_id=runtime.user_id,
+                    query=runtime.query,
+                    requirements=self.node.requires,
+                    decision=decision,
+                    answer=answer,
+                    inputs={},
+                    tools=[],
+                    **arguments,
+                ),
+            )
+        return result["output"]
 
 
 @overload

@@ -10,7 +10,7 @@ from prefect.artifacts import create_table_artifact
 from prefect.futures import PrefectFuture, wait
 
 from autopersona_flows.agent.agent import PersonaAgent
-from autopersona_flows.agent.decisions import ClarifyDecision, NodeInfo
+from autopersona_flows.agent.decisions import NodeInfo
 from autopersona_flows.flows.context import current_runtime, persona_runtime
 from autopersona_flows.flows.graph import GraphSpec, TaskGraph, resolve_tool
 from autopersona_flows.flows.tasks import NodeSteps, StepCounter, episode_of
@@ -80,36 +80,44 @@ def _run_graph(
     steps = NodeSteps(runtime, episode_of(runtime, episode_id), counter)
     tools = list(graph.order)
     futures: dict[str, PrefectFuture[Any]] = {}
-    decisions: dict[str, dict[str, Any]] = {}
-    for node_id in graph.order:
-        node = graph.nodes[node_id]
-        info = NodeInfo(id=node.id, instruction=node.instruction)
-        decision, answer = steps.prepare(
-            info,
-            requirements=node.requires,
-            user_id=user_id,
-            query=query,
-            tools=tools,
-            in_flight=list(futures.values()),
-        )
-        run = steps.run_task(node.id, tools_by_node[node_id], retries=node.retries)
-        inputs = {dependency: futures[dependency] for dependency in node.depends_on}
-        futures[node_id] = run.submit(
-            episode_id=steps.episode_id,
-            node_id=node.id,
-            inputs=steps.run_inputs(
-                info,
-                user_id=user_id,
-                query=query,
-                decision=decision,
-                answer=answer,
-                inputs=inputs,
-                tools=tools,
-            ),
-        )
-        decisions[node_id] = _summary(decision, answer)
-    wait(list(futures.values()))
-    outputs = {node_id: future.result() for node_id, future in futures.items()}
+    answers: dict[str, str | None] = {}
+    with steps.active():
+        for node_id in graph.order:
+            node = graph.nodes[node_id]
+            info = NodeInfo(id=node.id, instruction=node.instruction)
+            decision, answers[node_id] = None, None
+            if steps.may_ask(node.requires):
+                decision, answers[node_id] = steps.prepare(
+                    info,
+                    requirements=node.requires,
+                    user_id=user_id,
+                    query=query,
+                    tools=tools,
+                    in_flight=list(futures.values()),
+                )
+            run = steps.run_task(node.id, tools_by_node[node_id], retries=node.retries)
+            inputs = {dependency: futures[dependency] for dependency in node.depends_on}
+            futures[node_id] = run.submit(
+                episode_id=steps.episode_id,
+                node_id=node.id,
+                inputs=steps.run_inputs(
+                    info,
+                    user_id=user_id,
+                    query=query,
+                    requirements=node.requires,
+                    decision=decision,
+                    answer=answers[node_id],
+                    inputs=inputs,
+                    tools=tools,
+                ),
+            )
+        wait(list(futures.values()))
+    results = {node_id: future.result() for node_id, future in futures.items()}
+    outputs = {node_id: result["output"] for node_id, result in results.items()}
+    decisions = {node_id: result["decision"] for node_id, result in results.items()}
+    for node_id, summary in decisions.items():
+        if summary["action"] == "clarify":
+            summary["answer"] = answers[node_id]
     cached = sum(future.state.name == "Cached" for future in futures.values())
     _decision_table(decisions)
     return {
@@ -124,19 +132,6 @@ def _run_graph(
             "seconds": round(time.perf_counter() - started, 3),
         },
     }
-
-
-def _summary(decision: Any, answer: str | None) -> dict[str, Any]:
-    summary: dict[str, Any] = {
-        "action": decision.action,
-        "constraints": [
-            {"text": c.text, "memory_id": c.memory_id, "score": round(c.score, 3)}
-            for c in getattr(decision, "constraints", [])
-        ],
-    }
-    if isinstance(decision, ClarifyDecision):
-        summary |= {"question": decision.question, "answer": answer}
-    return summary
 
 
 def _decision_table(decisions: dict[str, dict[str, Any]]) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from prefect.settings import get_current_settings
 from prefect.settings.base import PrefectBaseSettings, build_settings_config
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, ValidationError
 
 from autopersona_flows.agent.agent import PersonaAgent
 from autopersona_flows.agent.openai import OpenAICompatiblePolicy
@@ -92,14 +92,6 @@ def store_from_settings(settings: AutopersonaSettings | None = None) -> MemorySt
     return JsonlMemoryStore(settings.store_path())
 
 
-def _cached_policy(settings: AutopersonaSettings) -> Policy:
-    key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
-    return _policy(
-        settings.policy, settings.llm_base_url, settings.llm_model, key, settings.llm_timeout
-    )
-
-
-@functools.lru_cache(maxsize=8)
 def _policy(
     spec: str, base_url: str | None, model: str | None, api_key: str | None, timeout: float
 ) -> Policy:
@@ -132,24 +124,33 @@ def _policy(
 
 
 @functools.lru_cache(maxsize=8)
-def _agent(store: Path, embedder: str, policy: Policy) -> PersonaAgent:
+def _agent(store: Path, embedder: str, policy: tuple[Any, ...]) -> PersonaAgent:
     # One agent per configuration and process keeps its retrieval indexes warm across
-    # the runs a long-lived worker or server process executes.
+    # the runs a long-lived worker or server process executes. Keyed on the settings,
+    # not on the objects they build: a policy need not be hashable.
     retriever = MemoryRetriever(JsonlMemoryStore(store), get_embedder(embedder))
-    return PersonaAgent(retriever, policy)
+    return PersonaAgent(retriever, _policy(*policy))
 
 
 def runtime_from_settings(settings: AutopersonaSettings | None = None) -> PersonaRuntime:
     """The runtime a run uses when no `persona_runtime` block configures one.
 
     Raises:
-        FlowConfigurationError: If a setting names a policy that cannot be built.
+        FlowConfigurationError: If a setting has an invalid value or names a policy
+            that cannot be built.
         EmbedderError: If the embedder setting names no embedder.
     """
-    settings = settings or AutopersonaSettings()
-    agent = _agent(settings.store_path(), settings.embedder, _cached_policy(settings))
+    if settings is None:
+        try:
+            settings = AutopersonaSettings()
+        except ValidationError as exc:
+            raise FlowConfigurationError(
+                f"invalid PREFECT_INTEGRATIONS_AUTOPERSONA_* setting:\n{exc}"
+            ) from None
+    key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
+    policy = (settings.policy, settings.llm_base_url, settings.llm_model, key, settings.llm_timeout)
     return PersonaRuntime(
-        agent=agent,
+        agent=_agent(settings.store_path(), settings.embedder, policy),
         pause_mode=settings.pause_mode,
         pause_timeout=settings.pause_timeout,
         poll_interval=settings.poll_interval,

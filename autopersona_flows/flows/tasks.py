@@ -7,8 +7,10 @@ instead of running it again.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ from prefect.context import FlowRunContext
 from prefect.filesystems import LocalFileSystem
 from prefect.futures import wait
 from prefect.results import ResultStore, get_default_result_storage
+from prefect.utilities.annotations import opaque, quote
 
 from autopersona_flows import _json
 from autopersona_flows.agent.decisions import (
@@ -27,14 +30,19 @@ from autopersona_flows.agent.decisions import (
     Requirement,
     parse_decision,
 )
-from autopersona_flows.errors import AutopersonaError, FlowConfigurationError, NodeOutputError
+from autopersona_flows.errors import (
+    AutopersonaError,
+    FlowConfigurationError,
+    NodeOutputError,
+    PolicyError,
+)
 from autopersona_flows.flows.cache_policies import NodeCachePolicy, node_cache_key
 from autopersona_flows.flows.clarification import ask
 from autopersona_flows.flows.context import NodeContext, PersonaRuntime
 from autopersona_flows.flows.serializers import OrjsonSerializer
 from autopersona_flows.memory.records import LAYERS, JsonValue, check_json
 
-__all__ = ["NodeSteps", "StepCounter", "episode_of", "json_inputs"]
+__all__ = ["NodeSteps", "StepCounter", "episode_of", "json_inputs", "summarise"]
 
 _EMBEDDINGS = {"memories": {layer: {"__all__": {"record": {"embedding"}}} for layer in LAYERS}}
 
@@ -89,26 +97,99 @@ def json_inputs(value: Any, what: str) -> JsonValue:
         raise NodeOutputError(f"{what} must be JSON values: {exc}") from None
 
 
+_ACTIVE: ContextVar[NodeSteps | None] = ContextVar("autopersona_node_steps", default=None)
+
+
+def _active() -> NodeSteps:
+    steps = _ACTIVE.get()
+    if steps is None:
+        raise FlowConfigurationError("a persona task ran outside the flow run that called it")
+    return steps
+
+
+# The functions of the persona tasks; the run they belong to is in the context (Prefect
+# copies it into task threads). Short on purpose: Prefect reads and hashes a task
+# function's source whenever a task is built from it.
+def _decide(episode_id: str, node_id: str, inputs: dict[str, Any]) -> Any:
+    return _active().decide(inputs)
+
+
+def _learn(episode_id: str, node_id: str, inputs: dict[str, Any]) -> Any:
+    return _active().learn(node_id, inputs)
+
+
+def _run(episode_id: str, node_id: str, inputs: dict[str, Any]) -> Any:
+    return _active().run(node_id, inputs)
+
+
+_TASKS: dict[tuple[Any, ...], Task] = {}
+
+
+def _persona_task(fn: Callable[..., Any], kind: str, name: str, retries: int, storage: Any) -> Task:
+    """The Prefect task of one step, built once per process for each name and options."""
+    key = (fn, kind, name, retries, storage)
+    cacheable = storage is None or isinstance(storage, Path)  # blocks are not hashable
+    if cacheable and key in _TASKS:
+        return _TASKS[key]
+    built = task(
+        fn,
+        retry_condition_fn=_retry_unless_ours,
+        name=name,
+        task_run_name=name,
+        cache_policy=NodeCachePolicy(kind=kind),
+        persist_result=True,
+        result_serializer=OrjsonSerializer(),
+        result_storage=storage,
+        retries=retries,
+    )
+    if cacheable:
+        if len(_TASKS) >= 4096:  # bound a long-lived worker running many graphs
+            _TASKS.clear()
+        _TASKS[key] = built
+    return built
+
+
 class NodeSteps:
-    """Builds and calls the three tasks of one node for one flow run."""
+    """The steps of a flow run's nodes: decide, learn the answer, run the tool.
+
+    The tasks call back into the `NodeSteps` active in their context (see `active`).
+    """
 
     def __init__(self, runtime: PersonaRuntime, episode_id: str, counter: StepCounter) -> None:
         self.runtime = runtime
         self.episode_id = episode_id
         self.counter = counter
+        self._tools: dict[str, Callable[..., Any]] = {}
+        self._learning: dict[str, ClarifyDecision] = {}
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[NodeSteps]:
+        """Make these the steps the persona tasks called in this block belong to."""
+        token = _ACTIVE.set(self)
+        try:
+            yield self
+        finally:
+            _ACTIVE.reset(token)
 
     def _task(self, fn: Callable[..., Any], kind: str, name: str, retries: int = 0) -> Task:
-        return task(
-            fn,
-            retry_condition_fn=_retry_unless_ours,
-            name=name,
-            task_run_name=name,
-            cache_policy=NodeCachePolicy(kind=kind),
-            persist_result=True,
-            result_serializer=OrjsonSerializer(),
-            result_storage=self.runtime.result_storage,
-            retries=retries,
-        )
+        return _persona_task(fn, kind, name, retries, self.runtime.result_storage)
+
+    def decide(self, inputs: dict[str, Any]) -> Any:
+        """The decide task's work: the agent's decision for the request in ``inputs``."""
+        self.counter.add("decisions")
+        request = PersonaRequest.model_validate_json(_json.dumps(inputs))
+        decision = self.runtime.agent.decide(request)
+        # Embeddings would only weigh down every stored result and cache key.
+        return _json.loads(decision.model_dump_json(exclude=_EMBEDDINGS))
+
+    def learn(self, node_id: str, inputs: dict[str, Any]) -> Any:
+        """The learn task's work: remember the answer to the node's question."""
+        decision = self._learning[node_id]
+        result = self.runtime.agent.learn(inputs["user_id"], decision, inputs["answer"])
+        return {
+            "operation": result.operation,
+            "memory_id": result.record.id if result.record else None,
+        }
 
     def prepare(
         self,
@@ -132,16 +213,7 @@ class NodeSteps:
             requirements=requirements,
             additional_tools=tools,
         )
-        agent = self.runtime.agent
-        counter = self.counter
-
-        def decide(episode_id: str, node_id: str, inputs: dict[str, Any]) -> Any:
-            counter.add("decisions")
-            decision = agent.decide(PersonaRequest.model_validate_json(_json.dumps(inputs)))
-            # Embeddings would only weigh down every stored result and cache key.
-            return _json.loads(decision.model_dump_json(exclude=_EMBEDDINGS))
-
-        raw = self._task(decide, "decide", f"decide-{node.id}")(
+        raw = self._task(_decide, "decide", f"decide-{node.id}")(
             episode_id=self.episode_id,
             node_id=node.id,
             inputs=_json.loads(request.model_dump_json()),
@@ -159,19 +231,13 @@ class NodeSteps:
         if answers.exists(key):
             answer = str(answers.read(key).result)
         else:
-            counter.add("clarifications")
+            self.counter.add("clarifications")
             wait(in_flight)  # nothing runs while we wait, so a suspend loses no work
             answer = ask(node.id, decision, self.runtime)
             answers.write(answer, key=key)
 
-        def learn(episode_id: str, node_id: str, inputs: dict[str, Any]) -> Any:
-            result = agent.learn(user_id, decision, inputs["answer"])
-            return {
-                "operation": result.operation,
-                "memory_id": result.record.id if result.record else None,
-            }
-
-        self._task(learn, "learn", f"learn-{node.id}")(
+        self._learning[node.id] = decision
+        self._task(_learn, "learn", f"learn-{node.id}")(
             episode_id=self.episode_id,
             node_id=node.id,
             inputs={"question": decision.question, "answer": answer, "user_id": user_id},
@@ -187,26 +253,69 @@ class NodeSteps:
             serializer=OrjsonSerializer(),
         )
 
+    def may_ask(self, requirements: list[Requirement]) -> bool:
+        """Whether the agent may ask before a node with these requirements.
+
+        Only such a node needs its decision in the flow body, where a question can
+        suspend the run. Any other node is decided inside its run task: one Prefect
+        task per node instead of two, the decision replayed with the task's cached
+        result. A policy declares ``asks_without_requirements = False`` to promise
+        it never asks for a node without required requirements (`EvidencePolicy`
+        does); a policy that does not say is assumed to ask anywhere.
+        """
+        policy = self.runtime.agent.policy
+        return any(r.required for r in requirements) or bool(
+            getattr(policy, "asks_without_requirements", True)
+        )
+
     def run_task(self, node_id: str, tool: Callable[..., Any], retries: int = 0) -> Task:
-        """The task that runs the node's tool with its `NodeContext`."""
-        counter = self.counter
+        """The task that runs the node's tool with its `NodeContext` (see `run`)."""
+        self._tools[node_id] = tool
+        return self._task(_run, "run", node_id, retries=retries)
 
-        def run(episode_id: str, node_id: str, inputs: dict[str, Any]) -> Any:
-            counter.add("tool_executions")
-            decision = parse_decision(_json.dumps(inputs["decision"]))
-            context = NodeContext.build(
-                node=NodeInfo.model_validate(inputs["node"]),
-                user_id=inputs["user_id"],
-                query=inputs["query"],
-                decision=decision,
-                answer=inputs["answer"],
-                inputs=inputs["inputs"],
-                tools=inputs["tools"],
+    def run(self, node_id: str, inputs: dict[str, Any]) -> Any:
+        """The run task's work: decide if the body did not, then call the tool.
+
+        Returns ``{"decision": ..., "output": ...}``: a summary of the decision the
+        tool ran with (made here when the inputs carry none, see `may_ask`) and the
+        tool's output. Both are small on purpose: Prefect walks every result a
+        dependent receives.
+        """
+        node = NodeInfo.model_validate(inputs["node"])
+        raw = inputs["decision"]
+        if raw is None:
+            self.counter.add("decisions")
+            agent = self.runtime.agent
+            made = agent.decide(
+                PersonaRequest(
+                    user_id=inputs["user_id"],
+                    query=inputs["query"],
+                    node=node,
+                    requirements=inputs["requirements"],
+                    additional_tools=inputs["tools"],
+                )
             )
-            output = tool(context, *inputs.get("args", ()), **inputs.get("kwargs", {}))
-            return json_inputs(output, f"the output of {node_id!r}")
-
-        return self._task(run, "run", node_id, retries=retries)
+            if isinstance(made, ClarifyDecision):
+                raise PolicyError(
+                    f"{agent.policy!r} declares it never asks for a node without required "
+                    f"requirements, but asked {made.question!r} for {node_id!r}"
+                )
+            raw = _json.loads(made.model_dump_json(exclude=_EMBEDDINGS))
+        decision = parse_decision(_json.dumps(raw))
+        self.counter.add("tool_executions")
+        context = NodeContext.build(
+            node=node,
+            user_id=inputs["user_id"],
+            query=inputs["query"],
+            decision=decision,
+            answer=inputs["answer"],
+            inputs={name: result["output"] for name, result in inputs["inputs"].items()},
+            tools=inputs["tools"],
+        )
+        tool = self._tools[node_id]
+        output = tool(context, *inputs.get("args", ()), **inputs.get("kwargs", {}))
+        output = json_inputs(output, f"the output of {node_id!r}")
+        return {"decision": summarise(decision), "output": output}
 
     @staticmethod
     def run_inputs(
@@ -214,20 +323,44 @@ class NodeSteps:
         *,
         user_id: str,
         query: str,
-        decision: FinalDecision | ClarifyDecision,
+        requirements: list[Requirement],
+        decision: FinalDecision | ClarifyDecision | None,
         answer: str | None,
         inputs: dict[str, Any],
         tools: list[str],
         **extra: Any,
     ) -> dict[str, Any]:
-        """The run task's inputs: everything its result depends on, as JSON."""
+        """The run task's inputs: everything its result depends on, as JSON.
+
+        ``decision`` is ``None`` for a node decided inside its run task; ``inputs``
+        are the run results (or their futures) of the nodes it depends on.
+        """
+        # Quoted: Prefect would otherwise walk every item of them on each call; only
+        # the upstream futures need resolving, and `opaque` resolves them unwalked.
         return {
-            "node": _json.loads(node.model_dump_json()),
+            "node": quote(_json.loads(node.model_dump_json())),
             "user_id": user_id,
             "query": query,
-            "decision": _json.loads(decision.model_dump_json()),
+            "requirements": quote([_json.loads(r.model_dump_json()) for r in requirements]),
+            "decision": quote(
+                None if decision is None else _json.loads(decision.model_dump_json())
+            ),
             "answer": answer,
-            "inputs": inputs,
-            "tools": tools,
+            "inputs": {name: opaque(value) for name, value in inputs.items()},
+            "tools": quote(tools),
             **extra,
         }
+
+
+def summarise(decision: FinalDecision | ClarifyDecision) -> dict[str, Any]:
+    """What a run reports of a decision: the action, the constraints and the question."""
+    summary: dict[str, Any] = {
+        "action": decision.action,
+        "constraints": [
+            {"text": c.text, "memory_id": c.memory_id, "score": round(c.score, 3)}
+            for c in getattr(decision, "constraints", [])
+        ],
+    }
+    if isinstance(decision, ClarifyDecision):
+        summary["question"] = decision.question
+    return summary

@@ -135,8 +135,7 @@ class JsonlMemoryStore:
     @contextmanager
     def _read(self, user_id: str, layer: MemoryLayer) -> Iterator[Bank]:
         bank = self._bank(user_id, layer)
-        with bank.hold(exclusive=False):
-            bank.sync()
+        with bank.reading():
             yield bank
 
     @contextmanager

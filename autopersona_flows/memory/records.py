@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from autopersona_flows.memory.ids import MEMORY_ID_PATTERN, new_memory_id
+from autopersona_flows.memory.users import check_user_id
 
 __all__ = [
     "LAYERS",
@@ -338,7 +339,7 @@ class RawTaskRecord(_Strict):
         persona: Preferences and constraints the task revealed.
     """
 
-    user_id: Annotated[Text, AfterValidator(non_blank)]
+    user_id: Annotated[Text, AfterValidator(non_blank), AfterValidator(check_user_id)]
     query: Annotated[Text, AfterValidator(non_blank)]
     trace: list[JsonValue] = Field(default_factory=list)
     outcome: JsonValue = None

@@ -358,3 +358,69 @@ def test_a_policy_error_fails_the_run_and_is_not_retried(kit) -> None:
     assert state_of(runs["decide-draft"]) == StateType.FAILED
     assert runs["decide-draft"].run_count == 1
     assert "draft" not in runs
+
+
+# --------------------------------------------------------------------------- 8. tasks per node
+
+
+def test_only_nodes_that_may_ask_get_a_decide_task(kit) -> None:
+    kit.store.add(USER, PersonaMemory(topic="citation style", preference="MLA"))
+    kit.store.add(USER, PersonaMemory(topic="paper tone", preference="formal, no contractions"))
+
+    state = run_for_state(kit, paper_graph(kit))
+    result = state.result()
+
+    # The default policy never asks without a required requirement: only 'draft' is
+    # decided in the flow body; the others inside their one run task.
+    names = ["fetch", "outline", "draft", "send", "decide-draft"]
+    runs = task_runs(state.state_details.flow_run_id, lambda r: set(r) >= set(names))
+    assert sorted(runs) == sorted(names)
+    assert result["metrics"]["decisions"] == 4
+    assert kit.calls == {"fetch": 1, "outline": 1, "draft": 1, "send": 1}
+    # Every node still got its decision, with the memory it applies.
+    assert set(result["decisions"]) == {"fetch", "outline", "draft", "send"}
+    assert all(summary["action"] == "final" for summary in result["decisions"].values())
+    [draft] = kit.contexts["draft"]
+    assert draft.constraints[0].requirement == "citation style"
+    [fetch] = kit.contexts["fetch"]
+    assert any("formal" in c.text for c in fetch.constraints)  # guidance without a requirement
+
+
+def test_a_policy_that_does_not_promise_gets_a_decide_task_for_every_node(kit) -> None:
+    def always_final(request, memories) -> dict[str, Any]:
+        return {"action": "final", "guidance": "go"}
+
+    agent = PersonaAgent(MemoryRetriever(kit.store), FunctionPolicy(always_final))
+    graph = TaskGraph([TaskNode(id="a", tool=kit.record), TaskNode(id="b", tool=kit.record)])
+
+    state = run_for_state(kit, graph, agent=agent)
+
+    assert state.is_completed()
+    names = ["a", "b", "decide-a", "decide-b"]
+    runs = task_runs(state.state_details.flow_run_id, lambda r: set(r) >= set(names))
+    assert sorted(runs) == sorted(names)
+
+
+class _BrokenPromise:
+    """Declares it never asks without requirements, then asks anyway."""
+
+    asks_without_requirements = False
+
+    def decide(self, request, memories) -> dict[str, Any]:
+        return {"action": "clarify", "question": "Which font?"}
+
+
+def test_a_policy_breaking_its_promise_fails_the_node_before_its_tool(kit) -> None:
+    agent = PersonaAgent(MemoryRetriever(kit.store), _BrokenPromise())
+    graph = TaskGraph([TaskNode(id="draft", tool=kit.record, retries=2)])
+
+    state = run_for_state(kit, graph, agent=agent)
+
+    assert state.is_failed()
+    with pytest.raises(PolicyError, match=r"never asks.*'Which font\?'.*'draft'"):
+        state.result()
+    assert kit.calls == {}  # the tool never ran, and the library's error was not retried
+    runs = task_runs(
+        state.state_details.flow_run_id, lambda r: state_of(r.get("draft")) == StateType.FAILED
+    )
+    assert runs["draft"].run_count == 1

@@ -99,7 +99,11 @@ def test_store_and_snapshots_default_under_prefect_home(tmp_path: Path) -> None:
     assert isinstance(store, JsonlMemoryStore)
     assert store.root == home / "autopersona" / "memory"
     assert (settings.store, settings.snapshots, settings.results) == (None, None, None)
-    assert (settings.embedder, settings.policy, settings.pause_mode) == ("hashing", "evidence", "auto")
+    assert (settings.embedder, settings.policy, settings.pause_mode) == (
+        "hashing",
+        "evidence",
+        "auto",
+    )
 
 
 def test_a_home_relative_store_is_expanded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -218,7 +222,9 @@ def test_the_openai_policy_is_built_without_sending_a_request(
     assert "sk-not-in-any-repr" not in repr(AutopersonaSettings())
 
 
-POLICIES = '''
+POLICIES = """
+import dataclasses
+
 from autopersona_flows.agent import FinalDecision
 
 
@@ -244,7 +250,15 @@ class Broken:
 
 def not_a_policy():
     return "evidence"
-'''
+
+
+@dataclasses.dataclass
+class DataPolicy:  # a dataclass with eq=True is not hashable
+    word: str = "dataclass"
+
+    def decide(self, request, memories):
+        return FinalDecision(guidance=f"{self.word} for {request.user_id}")
+"""
 
 
 @pytest.fixture
@@ -259,7 +273,13 @@ def policies(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
 
 
 @pytest.mark.parametrize(
-    ("attr", "word"), [("POLICY", "object"), ("ScriptedPolicy", "class"), ("make_policy", "factory")]
+    ("attr", "word"),
+    [
+        ("POLICY", "object"),
+        ("ScriptedPolicy", "class"),
+        ("make_policy", "factory"),
+        ("DataPolicy", "dataclass"),  # not hashable: the agent cache keys on the settings
+    ],
 )
 def test_a_policy_import_path_names_an_object_a_class_or_a_factory(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, policies: str, attr: str, word: str
@@ -269,7 +289,8 @@ def test_a_policy_import_path_names_an_object_a_class_or_a_factory(
     agent = runtime_from_settings().agent
 
     module = sys.modules[policies]
-    assert isinstance(agent.policy, module.ScriptedPolicy)
+    expected = module.DataPolicy if attr == "DataPolicy" else module.ScriptedPolicy
+    assert isinstance(agent.policy, expected)
     if attr == "POLICY":
         assert agent.policy is module.POLICY
     decision = agent.decide(PersonaRequest(user_id=USER, query="plan my trip"))
@@ -341,9 +362,7 @@ def test_a_graph_without_a_block_uses_the_store_named_by_the_environment(
         poll_interval=0.5,
         results=tmp_path / "results",
     )
-    style = store_from_settings().add(
-        USER, PersonaMemory(topic="citation style", preference="MLA")
-    )
+    style = store_from_settings().add(USER, PersonaMemory(topic="citation style", preference="MLA"))
     citation = Requirement("citation style", options=["APA", "MLA"])
     graph = TaskGraph(
         [
@@ -363,5 +382,7 @@ def test_a_graph_without_a_block_uses_the_store_named_by_the_environment(
     assert "citation style: MLA" in draft.guidance
     assert result["decisions"]["draft"]["action"] == "final"
     # Results went to the folder the environment named; the kit's own store is untouched.
-    assert any(p.name.startswith("autopersona-run-draft-") for p in (tmp_path / "results").iterdir())
+    assert any(
+        p.name.startswith("autopersona-run-draft-") for p in (tmp_path / "results").iterdir()
+    )
     assert kit.store.users() == []

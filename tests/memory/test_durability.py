@@ -649,6 +649,10 @@ def test_threads_and_two_instances_in_one_process(tmp_path: Path) -> None:
             _check_batches_whole(records)
             assert len(records) >= seen
             seen = len(records)
+            # A warm read of an unchanged bank makes no system call, so without a
+            # pause this loop would hold the GIL against the writers, whose every
+            # system call then waits out the interpreter's switch interval.
+            time.sleep(0.001)
 
     # Daemon threads: a deadlock fails the test instead of hanging the whole run.
     watcher = threading.Thread(target=watch, daemon=True)

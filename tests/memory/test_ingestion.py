@@ -31,6 +31,7 @@ from autopersona_flows.memory import (
     refine_workspace,
     reindex_user,
 )
+from autopersona_flows.memory.ingestion import read_task_records
 from autopersona_flows.memory.text import memory_text
 
 PRIVATE_TEXT = "my bank PIN is 4321"
@@ -691,3 +692,13 @@ def test_unknown_keys_of_persona_items_are_ignored_too(tmp_path: Path) -> None:
     )
     (case,) = load_persona2web(path)
     assert case.history[0].persona == [PersonaMemory(topic="tone", preference="warm")]
+
+
+def test_a_user_id_the_store_refuses_is_caught_while_reading(tmp_path: Path) -> None:
+    # Validated with the records, so a bad line near the end fails before any write.
+    lines = [
+        orjson.dumps({"user_id": "ada", "query": "fine"}),
+        orjson.dumps({"user_id": "a" * 1025, "query": "too long a name"}),
+    ]
+    with pytest.raises(IngestionError, match=r"tasks\.jsonl:2: user_id: .*at most 1024"):
+        list(read_task_records(lines, tmp_path / "tasks.jsonl"))
