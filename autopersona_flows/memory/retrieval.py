@@ -177,8 +177,11 @@ class MemoryRetriever:
                 raise RetrievalError(f"searches[{i}] must be a SearchRequest, got {search!r}")
         if not searches:
             return MemoryBundle()
-        queries = [search.query for search in searches]
-        vectors = check_vectors(self.embedder, queries, self.embedder.embed(queries))
+        # Planners search the same text in several layers: embed each text once.
+        texts = list(dict.fromkeys(search.query for search in searches))
+        embedded = check_vectors(self.embedder, texts, self.embedder.embed(texts))
+        row = {text: i for i, text in enumerate(texts)}
+        vectors = [embedded[row[search.query]] for search in searches]
         found: dict[str, list[ScoredMemory]] = {layer: [] for layer in LAYERS}
         for layer in dict.fromkeys(search.layer for search in searches):
             taken: set[str] = set()
