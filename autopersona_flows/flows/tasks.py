@@ -1,8 +1,10 @@
 """The Prefect tasks of a persona node: decide, learn the answer, run the tool.
 
-Each is its own task, visible in the UI and cached under `NodeCachePolicy`, so a
-resumed or replayed run gets every completed step back from the result store
-instead of running it again.
+A node the agent may ask about is decided in its own task in the flow body (where a
+question can suspend the run); any other node is decided inside its run task. Every
+task is visible in the UI and cached under `NodeCachePolicy`, so a resumed or
+replayed run gets each completed step back from the result store instead of
+running it again.
 """
 
 from __future__ import annotations
