@@ -28,20 +28,23 @@ from autopersona_flows.errors import (
 from autopersona_flows.memory.embedders import get_embedder
 from autopersona_flows.memory.ingestion import ingest_task_history, read_task_records
 from autopersona_flows.memory.jsonl import JsonlMemoryStore
+from autopersona_flows.memory.protocol import MemoryStore
 from autopersona_flows.memory.records import LAYERS
 from autopersona_flows.memory.reindex import reindex_user
 from autopersona_flows.memory.retrieval import MemoryRetriever
 from autopersona_flows.memory.snapshots import MemorySnapshot, read_snapshot, write_snapshot
+from autopersona_flows.memory.stores import is_postgres, migrate, open_store
 from autopersona_flows.memory.updates import MemoryUpdater
 
 __all__ = ["export_snapshot", "import_snapshot", "main"]
 
 
-def _existing_store(path: str | Path) -> JsonlMemoryStore:
-    root = Path(path)
-    if not root.is_dir():
-        raise MemoryStoreError(f"no memory store at {root}: the folder does not exist")
-    return JsonlMemoryStore(root)
+def _existing_store(address: str | Path) -> MemoryStore:
+    if not is_postgres(address):
+        root = Path(str(address).removeprefix("jsonl:"))
+        if not root.is_dir():
+            raise MemoryStoreError(f"no memory store at {root}: the folder does not exist")
+    return open_store(address)
 
 
 def _counts(snapshot: MemorySnapshot) -> str:
@@ -63,7 +66,7 @@ def export_snapshot(store_root: str | Path, user_id: str, dest: str | Path) -> M
     """
     store = _existing_store(store_root)
     dest = Path(dest)
-    if dest.resolve().is_relative_to(store.root.resolve()):
+    if isinstance(store, JsonlMemoryStore) and dest.resolve().is_relative_to(store.root.resolve()):
         raise SnapshotError(
             f"refusing to export into the store itself ({dest}); choose a path outside {store.root}"
         )
@@ -82,7 +85,7 @@ def import_snapshot(
             memories and ``replace`` is false.
     """
     snapshot = read_snapshot(snapshot_path)
-    store = JsonlMemoryStore(store_root)
+    store = open_store(store_root)
     store.restore(snapshot, replace=replace)
     restored = store.snapshot_fingerprint(snapshot.user_id)
     if restored != snapshot.fingerprint:
@@ -114,7 +117,7 @@ def _cmd_ingest(args: argparse.Namespace) -> None:
             records = list(read_task_records(file, path))
     except OSError as exc:
         raise IngestionError(f"cannot read {path}: {exc.strerror}") from exc
-    store = JsonlMemoryStore(args.store)
+    store = open_store(args.store)
     updater = MemoryUpdater(store, get_embedder(args.embedder))
     totals: Counter[str] = Counter()
     step = max(1, len(records) // 20)
@@ -153,6 +156,14 @@ def _cmd_answer(args: argparse.Namespace) -> None:
     print(f"resumed {args.flow_run_id}")
 
 
+def _cmd_migrate(args: argparse.Namespace) -> None:
+    source = _existing_store(args.source)
+    dest = open_store(args.dest)
+    users = [args.user] if args.user is not None else None
+    for snapshot in migrate(source, dest, users=users, replace=args.replace):
+        print(f"{snapshot.user_id}: {_counts(snapshot)}, fingerprint sha256:{snapshot.fingerprint}")
+
+
 def _cmd_users(args: argparse.Namespace) -> None:
     for user_id in _existing_store(args.store).users():
         print(user_id)
@@ -174,7 +185,7 @@ def _cmd_eval(args: argparse.Namespace) -> None:
     if args.seed is None:
         store = _existing_store(args.store)
     else:
-        store = JsonlMemoryStore(args.store)
+        store = open_store(args.store)
         seeded = seed_memories(store, args.seed, embedder)
         print(
             f"seeded {sum(seeded.values())} memories of {len(seeded)} users into {args.store}",
@@ -186,6 +197,7 @@ def _cmd_eval(args: argparse.Namespace) -> None:
 
 
 _EMBEDDER_HELP = "hashing (default), minilm, or package.module:attr"
+_STORE_HELP = "jsonl:FOLDER (or a folder) or postgresql://user:password@host:port/db"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -195,27 +207,27 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     export = commands.add_parser("export", help="write one user's memories to a snapshot file")
-    export.add_argument("store", help="the store's folder")
+    export.add_argument("store", help=_STORE_HELP)
     export.add_argument("user", help="the user id, exactly as stored")
     export.add_argument("dest", help="the snapshot file to write (outside the store)")
     export.set_defaults(run=_cmd_export)
 
     restore = commands.add_parser("import", help="restore a snapshot file into a store")
     restore.add_argument("snapshot", help="a file written by `autopersona export`")
-    restore.add_argument("store", help="the store's folder (created if missing)")
+    restore.add_argument("store", help=_STORE_HELP + " (created if missing)")
     restore.add_argument(
         "--replace", action="store_true", help="overwrite the user's existing memories"
     )
     restore.set_defaults(run=_cmd_import)
 
     ingest = commands.add_parser("ingest", help="ingest a JSONL file of completed tasks")
-    ingest.add_argument("store", help="the store's folder (created if missing)")
+    ingest.add_argument("store", help=_STORE_HELP + " (created if missing)")
     ingest.add_argument("file", help="one RawTaskRecord JSON object a line")
     ingest.add_argument("--embedder", default="hashing", help=_EMBEDDER_HELP)
     ingest.set_defaults(run=_cmd_ingest)
 
     reindex = commands.add_parser("reindex", help="re-embed memories made by another embedder")
-    reindex.add_argument("store", help="the store's folder")
+    reindex.add_argument("store", help=_STORE_HELP)
     reindex.add_argument("--embedder", default="hashing", help=_EMBEDDER_HELP)
     reindex.add_argument("--user", help="only this user (default: every user)")
     reindex.set_defaults(run=_cmd_reindex)
@@ -228,12 +240,23 @@ def _parser() -> argparse.ArgumentParser:
     answer.add_argument("answer", help="the answer (one of the options, if it lists any)")
     answer.set_defaults(run=_cmd_answer)
 
+    move = commands.add_parser(
+        "migrate", help="copy every user's memories to another store, checked by fingerprint"
+    )
+    move.add_argument("--from", dest="source", required=True, help=_STORE_HELP)
+    move.add_argument("--to", dest="dest", required=True, help=_STORE_HELP + " (created)")
+    move.add_argument("--user", help="only this user (default: every user)")
+    move.add_argument(
+        "--replace", action="store_true", help="overwrite users who already have memories there"
+    )
+    move.set_defaults(run=_cmd_migrate)
+
     users = commands.add_parser("users", help="list the users of a store")
-    users.add_argument("store", help="the store's folder")
+    users.add_argument("store", help=_STORE_HELP)
     users.set_defaults(run=_cmd_users)
 
     verify = commands.add_parser("verify", help="read every bank; fail on the first corrupt one")
-    verify.add_argument("store", help="the store's folder")
+    verify.add_argument("store", help=_STORE_HELP)
     verify.set_defaults(run=_cmd_verify)
 
     evaluate = commands.add_parser(

@@ -1,11 +1,19 @@
+from __future__ import annotations
+
+import os
 import subprocess
 import sys
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from autopersona_flows import JsonlMemoryStore
+
+if TYPE_CHECKING:
+    from autopersona_flows.memory.postgres import PostgresMemoryStore
 
 
 @pytest.fixture
@@ -35,3 +43,45 @@ def run_cli() -> Callable[..., subprocess.CompletedProcess[str]]:
         )
 
     return run
+
+
+# --------------------------------------------------------------------------- PostgreSQL
+
+POSTGRES_ENV = "AUTOPERSONA_TEST_POSTGRES_DSN"
+
+
+@pytest.fixture(scope="session")
+def postgres_dsn() -> str:
+    """The test database (``.ci/postgres`` starts one and prints it); skips without one."""
+    dsn = os.environ.get(POSTGRES_ENV)
+    if not dsn:
+        pytest.skip(f"no PostgreSQL: set {POSTGRES_ENV} (`.ci/postgres` starts one)")
+    psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
+    try:
+        psycopg.connect(dsn, connect_timeout=5).close()
+    except psycopg.Error as exc:
+        pytest.skip(f"PostgreSQL at {POSTGRES_ENV} is unreachable: {exc}")
+    return dsn
+
+
+@pytest.fixture
+def postgres_schema(postgres_dsn: str) -> Iterator[str]:
+    """A DSN whose tables live in a fresh schema, dropped afterwards."""
+    import psycopg
+
+    schema = f"autopersona_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    separator = "&" if "?" in postgres_dsn else "?"
+    yield f"{postgres_dsn}{separator}options=-csearch_path%3D{schema}"  # still a URL
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+@pytest.fixture
+def pg_store(postgres_schema: str) -> Iterator[PostgresMemoryStore]:
+    from autopersona_flows.memory.postgres import PostgresMemoryStore
+
+    store = PostgresMemoryStore(postgres_schema)
+    yield store
+    store.close()

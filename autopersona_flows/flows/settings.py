@@ -24,9 +24,9 @@ from autopersona_flows.agent.policies import EvidencePolicy, Policy
 from autopersona_flows.errors import FlowConfigurationError
 from autopersona_flows.flows.context import PauseMode, PersonaRuntime
 from autopersona_flows.memory.embedders import get_embedder
-from autopersona_flows.memory.jsonl import JsonlMemoryStore
 from autopersona_flows.memory.protocol import MemoryStore
 from autopersona_flows.memory.retrieval import MemoryRetriever
+from autopersona_flows.memory.stores import is_postgres, open_store
 
 __all__ = ["AutopersonaSettings", "runtime_from_settings", "store_from_settings"]
 
@@ -35,8 +35,10 @@ class AutopersonaSettings(PrefectBaseSettings):
     """Where memory lives and how persona-aware runs behave.
 
     Attributes:
-        store: Folder of the JSONL memory store; ``$PREFECT_HOME/autopersona/memory``
-            if unset. Every worker that runs graphs for a user must see it.
+        store: The memory store: a folder (or ``jsonl:FOLDER``) for the JSONL store,
+            or ``postgresql://user:password@host:port/db`` for the PostgreSQL store
+            (the ``postgres`` extra); ``$PREFECT_HOME/autopersona/memory`` if unset.
+            Every worker that runs graphs for a user must reach it.
         embedder: ``hashing`` (default, no download), ``minilm`` (the extra) or
             ``package.module:attr``. Must be what the store was written with.
         policy: ``evidence`` (default, no LLM), ``openai`` (an OpenAI-compatible
@@ -58,7 +60,7 @@ class AutopersonaSettings(PrefectBaseSettings):
 
     model_config = build_settings_config(("integrations", "autopersona"))
 
-    store: Path | None = None
+    store: str | None = None
     embedder: str = "hashing"
     policy: str = "evidence"
     llm_base_url: str | None = None
@@ -71,9 +73,11 @@ class AutopersonaSettings(PrefectBaseSettings):
     results: Path | None = None
     snapshots: Path | None = None
 
-    def store_path(self) -> Path:
-        """The store folder, defaulting under ``PREFECT_HOME``."""
-        return _or_home(self.store, "memory")
+    def store_address(self) -> str:
+        """The store's address (see `open_store`), defaulting under ``PREFECT_HOME``."""
+        if self.store is None:
+            return str(_or_home(None, "memory"))
+        return self.store if is_postgres(self.store) else str(Path(self.store).expanduser())
 
     def snapshots_path(self) -> Path:
         """The snapshots folder, defaulting under ``PREFECT_HOME``."""
@@ -89,7 +93,7 @@ def _or_home(path: Path | None, name: str) -> Path:
 def store_from_settings(settings: AutopersonaSettings | None = None) -> MemoryStore:
     """The memory store the settings name."""
     settings = settings or AutopersonaSettings()
-    return JsonlMemoryStore(settings.store_path())
+    return open_store(settings.store_address())
 
 
 def _policy(
@@ -124,11 +128,11 @@ def _policy(
 
 
 @functools.lru_cache(maxsize=8)
-def _agent(store: Path, embedder: str, policy: tuple[Any, ...]) -> PersonaAgent:
+def _agent(store: str, embedder: str, policy: tuple[Any, ...]) -> PersonaAgent:
     # One agent per configuration and process keeps its retrieval indexes warm across
     # the runs a long-lived worker or server process executes. Keyed on the settings,
     # not on the objects they build: a policy need not be hashable.
-    retriever = MemoryRetriever(JsonlMemoryStore(store), get_embedder(embedder))
+    retriever = MemoryRetriever(open_store(store), get_embedder(embedder))
     return PersonaAgent(retriever, _policy(*policy))
 
 
@@ -150,7 +154,7 @@ def runtime_from_settings(settings: AutopersonaSettings | None = None) -> Person
     key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
     policy = (settings.policy, settings.llm_base_url, settings.llm_model, key, settings.llm_timeout)
     return PersonaRuntime(
-        agent=_agent(settings.store_path(), settings.embedder, policy),
+        agent=_agent(settings.store_address(), settings.embedder, policy),
         pause_mode=settings.pause_mode,
         pause_timeout=settings.pause_timeout,
         poll_interval=settings.poll_interval,

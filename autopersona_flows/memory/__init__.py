@@ -63,6 +63,7 @@ from autopersona_flows.memory.snapshots import (
     read_snapshot,
     write_snapshot,
 )
+from autopersona_flows.memory.stores import open_store
 from autopersona_flows.memory.updates import (
     FunctionResolver,
     HeuristicResolver,
@@ -100,6 +101,7 @@ __all__ = [
     "MiniLMEmbedder",
     "Persona2WebCase",
     "PersonaMemory",
+    "PostgresMemoryStore",
     "RawTaskRecord",
     "Resolver",
     "ScoredMemory",
@@ -120,6 +122,7 @@ __all__ = [
     "load_persona2web",
     "maintain_user",
     "new_memory_id",
+    "open_store",
     "query_to_persona_request",
     "read_snapshot",
     "read_task_records",
@@ -129,3 +132,12 @@ __all__ = [
     "reindex_user",
     "write_snapshot",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # Lazily: PostgresMemoryStore needs the postgres extra, the rest of the package does not.
+    if name == "PostgresMemoryStore":
+        from autopersona_flows.memory.postgres import PostgresMemoryStore  # noqa: PLC0415
+
+        return PostgresMemoryStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

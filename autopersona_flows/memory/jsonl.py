@@ -68,10 +68,8 @@ from autopersona_flows.memory.records import (
     LayerContent,
     MemoryLayer,
     MemoryRecord,
-    PersonaMemory,
-    TrajectoryMemory,
-    WorkspaceMemory,
     as_content,
+    as_record,
     content_type,
 )
 from autopersona_flows.memory.snapshots import MemoryChange, MemorySnapshot
@@ -160,7 +158,7 @@ class JsonlMemoryStore:
 
     def add(self, user_id: str, item: MemoryRecord | LayerContent) -> MemoryRecord:
         """Store one record durably; see `MemoryStore.add`."""
-        record = _as_record(item)
+        record = as_record(item)
         with self._write(user_id, record.layer) as bank:
             if record.id in bank.records:
                 raise DuplicateMemoryError(
@@ -175,7 +173,7 @@ class JsonlMemoryStore:
     ) -> builtins.list[MemoryRecord]:
         """Store records of one layer atomically; see `MemoryStore.add_many`."""
         content_type(layer)
-        records = [_as_record(item, layer=layer, index=i) for i, item in enumerate(items)]
+        records = [as_record(item, layer=layer, index=i) for i, item in enumerate(items)]
         if not records:
             return []
         with self._write(user_id, layer) as bank:
@@ -367,21 +365,3 @@ class JsonlMemoryStore:
                 bank.sync()
                 dropped += bank.compact(create_store=self.root)
         return dropped
-
-
-def _as_record(
-    item: MemoryRecord | LayerContent, *, layer: MemoryLayer | None = None, index: int | None = None
-) -> MemoryRecord:
-    where = "" if index is None else f"item {index}: "
-    if isinstance(item, MemoryRecord):
-        record = item
-    elif isinstance(item, TrajectoryMemory | WorkspaceMemory | PersonaMemory):
-        record = MemoryRecord.of(item)
-    else:
-        raise TypeError(
-            f"{where}expected a MemoryRecord or a layer content model "
-            f"(TrajectoryMemory, WorkspaceMemory, PersonaMemory), got {type(item).__name__}"
-        )
-    if layer is not None and record.layer != layer:
-        raise ValueError(f"{where}is a {record.layer} memory, but the batch is for {layer!r}")
-    return record

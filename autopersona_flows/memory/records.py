@@ -39,6 +39,7 @@ __all__ = [
     "TrajectoryMemory",
     "WorkspaceMemory",
     "as_content",
+    "as_record",
     "check_json",
     "content_type",
 ]
@@ -348,3 +349,32 @@ class RawTaskRecord(_Strict):
     interaction: list[JsonValue] = Field(default_factory=list)
     state: JsonValue = None
     persona: list[PersonaMemory] = Field(default_factory=list)
+
+
+def as_record(
+    item: MemoryRecord | LayerContent, *, layer: MemoryLayer | None = None, index: int | None = None
+) -> MemoryRecord:
+    """``item`` as a record: itself, or layer content wrapped in a new one.
+
+    Args:
+        item: A record, or the content of one.
+        layer: The layer a batch is for; another layer is an error.
+        index: The item's place in a batch, for the error message.
+
+    Raises:
+        TypeError: If ``item`` is neither.
+        ValueError: If it belongs to another layer than ``layer``.
+    """
+    where = "" if index is None else f"item {index}: "
+    if isinstance(item, MemoryRecord):
+        record = item
+    elif isinstance(item, TrajectoryMemory | WorkspaceMemory | PersonaMemory):
+        record = MemoryRecord.of(item)
+    else:
+        raise TypeError(
+            f"{where}expected a MemoryRecord or a layer content model "
+            f"(TrajectoryMemory, WorkspaceMemory, PersonaMemory), got {type(item).__name__}"
+        )
+    if layer is not None and record.layer != layer:
+        raise ValueError(f"{where}is a {record.layer} memory, but the batch is for {layer!r}")
+    return record

@@ -11,7 +11,9 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,19 +24,17 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 PREFECT = [sys.executable, "-m", "prefect"]
 POOL = "autopersona"  # the work pool prefect.yaml names
+POSTGRES_ENV = "AUTOPERSONA_TEST_POSTGRES_DSN"
 
 
 @dataclass
 class Stack:
-    """The running stack and the folders its runs write to."""
+    """The running stack, its memory store's address and the folders its runs write to."""
 
     api_url: str
     env: dict[str, str]
     root: Path
-
-    @property
-    def store(self) -> Path:
-        return self.root / "memory"
+    store: str
 
     @property
     def worklog(self) -> Path:
@@ -95,10 +95,11 @@ def _wait_healthy(api_url: str, server: subprocess.Popen[bytes], log: Path) -> N
     pytest.fail(f"prefect server not healthy within 180 s:\n{log.read_text()[-3000:]}")
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """Server, pool, deployments and worker, up for the module; torn down on any exit."""
-    root = tmp_path_factory.mktemp("e2e")
+@contextmanager
+def running_stack(
+    root: Path, *, store: str, workers: int = 1, database: str | None = None
+) -> Iterator[Stack]:
+    """Server (on ``database`` if given, else SQLite), pool, deployments and workers."""
     api_url = f"http://127.0.0.1:{_free_port()}/api"
     # Only what the stack needs: a test session's own Prefect settings must not leak in.
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
@@ -112,12 +113,14 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         "PREFECT_WORKER_PREFETCH_SECONDS": "1",
         "PREFECT_LOGGING_LEVEL": "INFO",
         # What a deployment run builds its agent from (AutopersonaSettings).
-        "PREFECT_INTEGRATIONS_AUTOPERSONA_STORE": str(root / "memory"),
+        "PREFECT_INTEGRATIONS_AUTOPERSONA_STORE": store,
         "PREFECT_INTEGRATIONS_AUTOPERSONA_RESULTS": str(root / "results"),
         "PREFECT_INTEGRATIONS_AUTOPERSONA_SNAPSHOTS": str(root / "snapshots"),
         "PREFECT_INTEGRATIONS_AUTOPERSONA_PAUSE_TIMEOUT": "600",
         "AUTOPERSONA_EXAMPLES_WORKLOG": str(root / "worklog.jsonl"),
     }
+    if database is not None:
+        env["PREFECT_API_DATABASE_CONNECTION_URL"] = database
     port = api_url.split(":")[2].split("/", maxsplit=1)[0]
     processes: list[subprocess.Popen[bytes]] = []
     try:
@@ -131,11 +134,47 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         _wait_healthy(api_url, server, server_log)
         _run([*PREFECT, "work-pool", "create", POOL, "--type", "process"], env)
         _run([*PREFECT, "--no-prompt", "deploy", "--all"], env)
-        processes.append(
-            _start([*PREFECT, "worker", "start", "--pool", POOL], env, root / "worker.log")
-        )
+        for n in range(workers):
+            command = [*PREFECT, "worker", "start", "--pool", POOL, "--name", f"worker-{n}"]
+            processes.append(_start(command, env, root / f"worker-{n}.log"))
         with ps.temporary_settings(updates={ps.PREFECT_API_URL: api_url}):
-            yield Stack(api_url=api_url, env=env, root=root)
+            yield Stack(api_url=api_url, env=env, root=root, store=store)
     finally:
         for process in reversed(processes):
             _stop(process)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """The stack on SQLite with a JSONL memory store, up for the module."""
+    root = tmp_path_factory.mktemp("e2e")
+    with running_stack(root, store=str(root / "memory")) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def postgres_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """Prefect's server on PostgreSQL and two workers sharing a PostgreSQL memory store."""
+    dsn = os.environ.get(POSTGRES_ENV)
+    if not dsn:
+        pytest.skip(f"no PostgreSQL: set {POSTGRES_ENV} (`.ci/postgres` starts one)")
+    psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
+    name = f"autopersona_e2e_{uuid.uuid4().hex[:10]}"
+    try:
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+    except psycopg.Error as exc:
+        pytest.skip(f"cannot create a database for Prefect at {POSTGRES_ENV}: {exc}")
+    info = psycopg.conninfo.conninfo_to_dict(dsn)
+    database = (
+        f"postgresql+asyncpg://{info['user']}:{info['password']}@{info['host']}:"
+        f"{info.get('port', 5432)}/{name}"
+    )
+    store = dsn.rsplit("/", 1)[0] + f"/{name}"  # the memory bank shares the database
+    root = tmp_path_factory.mktemp("e2e-postgres")
+    try:
+        with running_stack(root, store=store, workers=2, database=database) as running:
+            yield running
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -10,54 +10,17 @@ maintenance deployment reports the snapshot fingerprint of her bank.
 
 from __future__ import annotations
 
-import time
-from collections import Counter
-from typing import Any
-from uuid import UUID
-
 import orjson
 import pytest
+from _runs import TOOLS, start, state_names, tool_calls, wait_for
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.objects import FlowRun
 from prefect.flow_runs import resume_flow_run
 
 from autopersona_flows.flows import pending_clarifications
-from autopersona_flows.memory import JsonlMemoryStore, read_snapshot
+from autopersona_flows.memory import open_store, read_snapshot
 from examples.reading_group import HISTORY, worklog
 
 pytestmark = pytest.mark.e2e
-
-TOOLS = ["gather_sources", "draft", "format_references", "share"]
-
-
-def start(deployment: str, parameters: dict[str, Any] | None = None) -> UUID:
-    """Create a run of ``deployment`` as the UI's Run button does."""
-    with get_client(sync_client=True) as client:
-        found = client.read_deployment_by_name(deployment)
-        return client.create_flow_run_from_deployment(found.id, parameters=parameters or {}).id
-
-
-def wait_for(run_id: UUID, *names: str, timeout: float = 150) -> FlowRun:
-    """Poll until the run's state is one of ``names`` (fails fast on a final other state)."""
-    deadline = time.monotonic() + timeout
-    with get_client(sync_client=True) as client:
-        while time.monotonic() < deadline:
-            run = client.read_flow_run(run_id)
-            if run.state is not None and run.state.name in names:
-                return run
-            if run.state is not None and run.state.is_final():
-                pytest.fail(f"run ended {run.state.name}: {run.state.message}")
-            time.sleep(0.5)
-    pytest.fail(f"run {run_id} not {names} within {timeout} s (last: {run.state})")
-
-
-def state_names(run_id: UUID) -> list[str]:
-    with get_client(sync_client=True) as client:
-        return [state.name for state in client.read_flow_run_states(run_id)]
-
-
-def tool_calls(stack) -> Counter[str]:
-    return Counter(line["tool"] for line in worklog(stack.worklog))
 
 
 def test_the_deployments_are_registered_with_the_nightly_schedule(stack) -> None:
@@ -82,7 +45,7 @@ def test_history_is_ingested_by_the_ingestion_deployment(stack) -> None:
         progress = client.read_latest_artifacts()
     by_key = {artifact.key: artifact for artifact in progress}
     assert by_key["autopersona-ingestion"].data == 100.0
-    topics = {m.content.topic for m in JsonlMemoryStore(stack.store).list("ada", "persona")}
+    topics = {m.content.topic for m in open_store(stack.store).list("ada", "persona")}
     assert topics == {"summary length", "tone", "sharing channel"}
     assert run.state.is_completed()
 
@@ -124,7 +87,7 @@ def test_a_ui_run_suspends_asks_rejects_a_bad_answer_and_resumes_without_repeati
     assert processes["gather_sources"] == processes["draft"]
     assert processes["format_references"] == processes["share"] != processes["draft"]
     assert "Resuming" in state_names(run_id)
-    persona = JsonlMemoryStore(stack.store).list("ada", "persona")
+    persona = open_store(stack.store).list("ada", "persona")
     assert ("citation style", "APA") in {(m.content.topic, m.content.preference) for m in persona}
 
 
@@ -144,7 +107,7 @@ def test_the_maintenance_deployment_reports_the_snapshot_fingerprint(stack) -> N
         artifacts = client.read_artifacts()
     (report,) = [a for a in artifacts if a.key == "autopersona-maintenance"]
     (row,) = orjson.loads(report.data)
-    fingerprint = JsonlMemoryStore(stack.store).snapshot_fingerprint("ada")
+    fingerprint = open_store(stack.store).snapshot_fingerprint("ada")
     assert (row["user"], row["fingerprint"]) == ("ada", f"sha256:{fingerprint}")
     snapshot = read_snapshot(row["snapshot"])
     assert snapshot.fingerprint == fingerprint

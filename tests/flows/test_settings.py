@@ -73,7 +73,7 @@ def test_every_setting_is_read_from_its_environment_variable(
     settings = AutopersonaSettings()
 
     assert settings.model_dump(include={n.lower() for n in FIELDS} - {"llm_api_key"}) == {
-        "store": tmp_path / "memory",
+        "store": str(tmp_path / "memory"),
         "embedder": "minilm",
         "policy": "openai",
         "llm_base_url": None,
@@ -85,7 +85,7 @@ def test_every_setting_is_read_from_its_environment_variable(
         "results": tmp_path / "results",
         "snapshots": tmp_path / "snapshots",
     }
-    assert settings.store_path() == tmp_path / "memory"
+    assert settings.store_address() == str(tmp_path / "memory")
     assert settings.snapshots_path() == tmp_path / "snapshots"
 
 
@@ -93,7 +93,7 @@ def test_store_and_snapshots_default_under_prefect_home(tmp_path: Path) -> None:
     home = tmp_path / "prefect-home"
     with ps.temporary_settings(updates={ps.PREFECT_HOME: home}):
         settings = AutopersonaSettings()
-        assert settings.store_path() == home / "autopersona" / "memory"
+        assert settings.store_address() == str(home / "autopersona" / "memory")
         assert settings.snapshots_path() == home / "autopersona" / "snapshots"
         store = store_from_settings()
     assert isinstance(store, JsonlMemoryStore)
@@ -110,7 +110,7 @@ def test_a_home_relative_store_is_expanded(monkeypatch: pytest.MonkeyPatch, tmp_
     monkeypatch.setenv("HOME", str(tmp_path))
     setenv(monkeypatch, store="~/memory", snapshots="~/snapshots")
     settings = AutopersonaSettings()
-    assert settings.store_path() == tmp_path / "memory"
+    assert settings.store_address() == str(tmp_path / "memory")
     assert settings.snapshots_path() == tmp_path / "snapshots"
 
 

@@ -1,0 +1,492 @@
+"""A memory store in PostgreSQL, for many workers on many machines.
+
+Needs the ``postgres`` extra (psycopg 3): ``pip install 'autopersona-flows[postgres]'``.
+
+Three tables, created on first use (idempotently, under an advisory lock, so several
+processes may start at once):
+
+* ``autopersona_banks``: one row per (user, layer): its ``generation`` (replaced when
+  the bank is restored wholesale) and ``last_seq``, the change sequence of its last
+  write;
+* ``autopersona_memories``: the live records, as the exact JSON bytes the JSONL
+  store writes (``bytea``: PostgreSQL text cannot hold NUL, JSON strings can), with
+  ``position`` (insertion order) and ``seq`` (the change that last wrote it);
+* ``autopersona_history``: superseded and deleted versions, which also feed the
+  ``deleted`` part of `changes`.
+
+User ids are stored as their UTF-8 bytes, and every statement filters on them: no
+code path reads across users. Every write runs in one transaction that first takes
+a transaction-level advisory lock on its (user, layer), so writers from any number
+of processes are serialised per bank and change sequences commit in order within a
+bank; `locked` holds the same lock at session level across several calls. Reads that
+must agree with each other (`changes`, `snapshot`) run in one repeatable-read
+transaction.
+"""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import secrets
+import threading
+import weakref
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+from autopersona_flows.errors import (
+    DuplicateMemoryError,
+    MemoryNotFoundError,
+    MemoryStoreCorruptionError,
+    MemoryStoreError,
+    SnapshotError,
+)
+from autopersona_flows.memory.protocol import ChangeSet
+from autopersona_flows.memory.records import (
+    LAYERS,
+    Embedding,
+    LayerContent,
+    MemoryLayer,
+    MemoryRecord,
+    as_content,
+    as_record,
+    content_type,
+)
+from autopersona_flows.memory.snapshots import MemoryChange, MemorySnapshot
+from autopersona_flows.memory.users import check_user_id
+
+try:
+    import psycopg
+except ImportError as exc:  # pragma: no cover - depends on the install
+    raise ImportError(
+        "PostgresMemoryStore needs psycopg 3: pip install 'autopersona-flows[postgres]'"
+    ) from exc
+
+__all__ = ["PostgresMemoryStore"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS autopersona_banks (
+    user_id bytea NOT NULL,
+    layer text NOT NULL,
+    generation text NOT NULL,
+    last_seq bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (user_id, layer)
+);
+CREATE SEQUENCE IF NOT EXISTS autopersona_seq;
+CREATE TABLE IF NOT EXISTS autopersona_memories (
+    user_id bytea NOT NULL,
+    layer text NOT NULL,
+    id text NOT NULL,
+    position bigint NOT NULL,
+    seq bigint NOT NULL,
+    record bytea NOT NULL,
+    PRIMARY KEY (user_id, layer, id)
+);
+CREATE INDEX IF NOT EXISTS autopersona_memories_seq
+    ON autopersona_memories (user_id, layer, seq);
+CREATE TABLE IF NOT EXISTS autopersona_history (
+    user_id bytea NOT NULL,
+    layer text NOT NULL,
+    seq bigint NOT NULL,
+    id text NOT NULL,
+    operation text NOT NULL,
+    change bytea NOT NULL,
+    PRIMARY KEY (user_id, layer, seq)
+);
+"""
+_SCHEMA_LOCK = 0x6175_746F_7065  # "autope": serialises concurrent first uses
+
+
+def _lock_key(user: bytes, layer: str) -> int:
+    """The advisory-lock key of a bank: 64 bits of a digest of (user, layer)."""
+    digest = hashlib.sha256(user + b"\0" + layer.encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def _record(raw: bytes, where: str) -> MemoryRecord:
+    try:
+        return MemoryRecord.model_validate_json(raw)
+    except ValueError as exc:
+        raise MemoryStoreCorruptionError(where, 0, f"not a valid memory record: {exc}") from None
+
+
+class PostgresMemoryStore:
+    """A `MemoryStore` in a PostgreSQL database, shared by every worker that can reach it.
+
+    Args:
+        dsn: A libpq connection string or URL, e.g.
+            ``postgresql://user:password@127.0.0.1:5432/memory``.
+
+    Each thread uses its own connection, opened on its first call. `close` closes them.
+    """
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self._local = threading.local()
+        self._connections: list[psycopg.Connection[Any]] = []
+        self._lock = threading.Lock()
+        self._ready = False
+        # A store dropped without close() still closes what it opened.
+        weakref.finalize(self, _close_all, self._connections)
+
+    def __repr__(self) -> str:
+        # The DSN may hold a password: show where, not how.
+        info = psycopg.conninfo.conninfo_to_dict(self.dsn)
+        return f"PostgresMemoryStore(host={info.get('host')!r}, dbname={info.get('dbname')!r})"
+
+    # -- connections and transactions ------------------------------------------------------
+
+    def _conn(self) -> psycopg.Connection[Any]:
+        conn = getattr(self._local, "conn", None)
+        if conn is None or conn.closed:
+            try:
+                conn = psycopg.connect(self.dsn, autocommit=True)
+            except psycopg.Error as exc:
+                raise MemoryStoreError(f"cannot connect to {self!r}: {exc}") from exc
+            self._local.conn, self._local.held = conn, {}
+            with self._lock:
+                self._connections.append(conn)
+            self._setup(conn)
+        return conn
+
+    def _setup(self, conn: psycopg.Connection[Any]) -> None:
+        if self._ready:
+            return
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+            conn.execute(_SCHEMA)
+        self._ready = True
+
+    def close(self) -> None:
+        """Close every connection this store opened (a later call opens new ones)."""
+        with self._lock:
+            _close_all(self._connections)
+
+    def __enter__(self) -> PostgresMemoryStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _write(self, user: bytes, layer: str) -> Iterator[psycopg.Connection[Any]]:
+        """A transaction holding the bank's lock, with its bank row in place."""
+        conn = self._conn()
+        with conn.transaction():
+            if not self._local.held.get((user, layer)):
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(user, layer),))
+            conn.execute(
+                "INSERT INTO autopersona_banks (user_id, layer, generation) VALUES (%s, %s, %s)"
+                " ON CONFLICT DO NOTHING",
+                (user, layer, secrets.token_hex(8)),
+            )
+            yield conn
+
+    @contextmanager
+    def _consistent(self) -> Iterator[psycopg.Connection[Any]]:
+        conn = self._conn()
+        with conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            yield conn
+
+    @staticmethod
+    def _next_seq(conn: psycopg.Connection[Any], user: bytes, layer: str, count: int = 1) -> int:
+        """Take ``count`` change numbers (the last one is returned) and record them."""
+        (last,) = conn.execute(
+            "SELECT max(n) FROM (SELECT nextval('autopersona_seq') AS n"
+            " FROM generate_series(1, %s)) AS taken",
+            (count,),
+        ).fetchone()
+        conn.execute(
+            "UPDATE autopersona_banks SET last_seq = %s WHERE user_id = %s AND layer = %s",
+            (last, user, layer),
+        )
+        return int(last)
+
+    @staticmethod
+    def _key(user_id: str, layer: MemoryLayer) -> tuple[bytes, str]:
+        content_type(layer)  # validates the layer
+        return check_user_id(user_id).encode("utf-8"), layer
+
+    # -- MemoryStore -----------------------------------------------------------------------
+
+    def add(self, user_id: str, item: MemoryRecord | LayerContent) -> MemoryRecord:
+        """Store one record; see `MemoryStore.add`."""
+        record = as_record(item)
+        (stored,) = self.add_many(user_id, record.layer, [record])
+        return stored
+
+    def add_many(
+        self, user_id: str, layer: MemoryLayer, items: Iterable[MemoryRecord | LayerContent]
+    ) -> builtins.list[MemoryRecord]:
+        """Store records of one layer in one transaction; see `MemoryStore.add_many`."""
+        user, layer = self._key(user_id, layer)
+        records = [as_record(item, layer=layer, index=i) for i, item in enumerate(items)]
+        if not records:
+            return []
+        ids = [record.id for record in records]
+        if len(set(ids)) != len(ids):
+            repeated = next(i for i in ids if ids.count(i) > 1)
+            raise DuplicateMemoryError(f"memory id {repeated!r} appears twice in the batch")
+        with self._write(user, layer) as conn:
+            taken = conn.execute(
+                "SELECT id FROM autopersona_memories"
+                " WHERE user_id = %s AND layer = %s AND id = ANY(%s)",
+                (user, layer, ids),
+            ).fetchone()
+            if taken:
+                raise DuplicateMemoryError(
+                    f"{layer} memory id {taken[0]!r} is already stored for user {user_id!r}"
+                )
+            last = self._next_seq(conn, user, layer, len(records))
+            first = last - len(records) + 1
+            with conn.cursor() as cursor:
+                cursor.executemany(
+                    "INSERT INTO autopersona_memories (user_id, layer, id, position, seq, record)"
+                    " VALUES (%s, %s, %s, %s, %s, %s)",
+                    [
+                        (user, layer, r.id, first + i, first + i, r.model_dump_json().encode())
+                        for i, r in enumerate(records)
+                    ],
+                )
+        return records
+
+    def _require(
+        self, conn: psycopg.Connection[Any], user: bytes, layer: str, memory_id: str
+    ) -> MemoryRecord:
+        row = conn.execute(
+            "SELECT record FROM autopersona_memories WHERE user_id = %s AND layer = %s AND id = %s",
+            (user, layer, memory_id),
+        ).fetchone()
+        if row is None:
+            raise MemoryNotFoundError(user.decode(), layer, memory_id)  # type: ignore[arg-type]
+        return _record(row[0], f"{self!r} {layer} {memory_id}")
+
+    def get(self, user_id: str, layer: MemoryLayer, memory_id: str) -> MemoryRecord:
+        """Return one record; see `MemoryStore.get`."""
+        user, layer = self._key(user_id, layer)
+        return self._require(self._conn(), user, layer, memory_id)
+
+    def list(self, user_id: str, layer: MemoryLayer) -> builtins.list[MemoryRecord]:
+        """Return a layer's records, oldest first; see `MemoryStore.list`."""
+        user, layer = self._key(user_id, layer)
+        rows = self._conn().execute(
+            "SELECT record FROM autopersona_memories WHERE user_id = %s AND layer = %s"
+            " ORDER BY position",
+            (user, layer),
+        )
+        return [_record(raw, f"{self!r} {layer}") for (raw,) in rows]
+
+    def update(
+        self,
+        user_id: str,
+        layer: MemoryLayer,
+        memory_id: str,
+        content: LayerContent,
+        *,
+        embedding: Embedding | None = None,
+    ) -> MemoryRecord:
+        """Replace a record's content; see `MemoryStore.update`."""
+        user, layer = self._key(user_id, layer)
+        content = as_content(content, layer)
+        with self._write(user, layer) as conn:
+            before = self._require(conn, user, layer, memory_id)
+            at = max(datetime.now(UTC), before.created_at)
+            after = MemoryRecord(
+                id=before.id,
+                layer=layer,
+                content=content,
+                created_at=before.created_at,
+                updated_at=at,
+                embedding=embedding,
+            )
+            seq = self._next_seq(conn, user, layer)
+            self._remember(
+                conn,
+                user,
+                layer,
+                seq,
+                MemoryChange(operation="update", at=at, before=before, after=after),
+            )
+            conn.execute(
+                "UPDATE autopersona_memories SET record = %s, seq = %s"
+                " WHERE user_id = %s AND layer = %s AND id = %s",
+                (after.model_dump_json().encode(), seq, user, layer, memory_id),
+            )
+        return after
+
+    def delete(self, user_id: str, layer: MemoryLayer, memory_id: str) -> MemoryRecord:
+        """Remove a record, keeping it in the history; see `MemoryStore.delete`."""
+        user, layer = self._key(user_id, layer)
+        with self._write(user, layer) as conn:
+            before = self._require(conn, user, layer, memory_id)
+            seq = self._next_seq(conn, user, layer)
+            change = MemoryChange(operation="delete", at=datetime.now(UTC), before=before)
+            self._remember(conn, user, layer, seq, change)
+            conn.execute(
+                "DELETE FROM autopersona_memories WHERE user_id = %s AND layer = %s AND id = %s",
+                (user, layer, memory_id),
+            )
+        return before
+
+    @staticmethod
+    def _remember(
+        conn: psycopg.Connection[Any], user: bytes, layer: str, seq: int, change: MemoryChange
+    ) -> None:
+        conn.execute(
+            "INSERT INTO autopersona_history (user_id, layer, seq, id, operation, change)"
+            " VALUES (%s, %s, %s, %s, %s, %s)",
+            (
+                user,
+                layer,
+                seq,
+                change.before.id,
+                change.operation,
+                change.model_dump_json().encode(),
+            ),
+        )
+
+    def history(
+        self, user_id: str, layer: MemoryLayer, memory_id: str
+    ) -> builtins.list[MemoryChange]:
+        """Return a record's superseded and deleted versions; see `MemoryStore.history`."""
+        user, layer = self._key(user_id, layer)
+        rows = self._conn().execute(
+            "SELECT change FROM autopersona_history WHERE user_id = %s AND layer = %s AND id = %s"
+            " ORDER BY seq",
+            (user, layer, memory_id),
+        )
+        return [MemoryChange.model_validate_json(raw) for (raw,) in rows]
+
+    def changes(self, user_id: str, layer: MemoryLayer, since: str | None = None) -> ChangeSet:
+        """Return what changed in a bank since ``since``; see `MemoryStore.changes`.
+
+        A cursor is ``pg:<generation>:<seq>``: a restore gives the bank a new
+        generation, so older cursors read the whole bank again.
+        """
+        user, layer = self._key(user_id, layer)
+        with self._consistent() as conn:
+            bank = conn.execute(
+                "SELECT generation, last_seq FROM autopersona_banks"
+                " WHERE user_id = %s AND layer = %s",
+                (user, layer),
+            ).fetchone()
+            generation, last = bank if bank else ("none", 0)
+            cursor = f"pg:{generation}:{last}"
+            prefix, _, seq_text = (since or "").rpartition(":")
+            if prefix != f"pg:{generation}" or not seq_text.isdigit() or int(seq_text) > last:
+                rows = conn.execute(
+                    "SELECT record FROM autopersona_memories WHERE user_id = %s AND layer = %s"
+                    " ORDER BY position",
+                    (user, layer),
+                )
+                return ChangeSet(cursor=cursor, full=True, records=_records(rows, layer))
+            after = int(seq_text)
+            rows = conn.execute(
+                "SELECT record FROM autopersona_memories"
+                " WHERE user_id = %s AND layer = %s AND seq > %s ORDER BY seq",
+                (user, layer, after),
+            )
+            records = _records(rows, layer)
+            deleted = conn.execute(
+                "SELECT id FROM autopersona_history WHERE user_id = %s AND layer = %s"
+                " AND seq > %s AND operation = 'delete' ORDER BY seq",
+                (user, layer, after),
+            ).fetchall()
+        live = {record.id for record in records}
+        gone = [memory_id for (memory_id,) in deleted if memory_id not in live]
+        return ChangeSet(cursor=cursor, full=False, records=records, deleted=gone)
+
+    @contextmanager
+    def locked(self, user_id: str, layer: MemoryLayer) -> Iterator[None]:
+        """Hold a bank's write lock across several calls; see `MemoryStore.locked`."""
+        user, layer = self._key(user_id, layer)
+        conn = self._conn()
+        held: dict[tuple[bytes, str], int] = self._local.held
+        if not held.get((user, layer)):
+            conn.execute("SELECT pg_advisory_lock(%s)", (_lock_key(user, layer),))
+        held[(user, layer)] = held.get((user, layer), 0) + 1
+        try:
+            yield
+        finally:
+            held[(user, layer)] -= 1
+            if not held[(user, layer)]:
+                conn.execute("SELECT pg_advisory_unlock(%s)", (_lock_key(user, layer),))
+
+    def users(self) -> builtins.list[str]:
+        """Return every user with a bank here, sorted; see `MemoryStore.users`."""
+        rows = self._conn().execute("SELECT DISTINCT user_id FROM autopersona_banks")
+        return sorted(bytes(user).decode("utf-8") for (user,) in rows)
+
+    def snapshot(self, user_id: str) -> MemorySnapshot:
+        """Read all layers in one repeatable-read transaction; see `MemoryStore.snapshot`."""
+        user = check_user_id(user_id).encode("utf-8")
+        with self._consistent() as conn:
+            rows = conn.execute(
+                "SELECT layer, record FROM autopersona_memories WHERE user_id = %s"
+                " ORDER BY position",
+                (user,),
+            ).fetchall()
+        memories: dict[MemoryLayer, builtins.list[MemoryRecord]] = {layer: [] for layer in LAYERS}
+        for layer, raw in rows:
+            memories[layer].append(_record(raw, f"{self!r} {layer}"))
+        return MemorySnapshot.of(user_id, memories)
+
+    def snapshot_fingerprint(self, user_id: str) -> str:
+        """Return the snapshot's fingerprint; see `MemoryStore.snapshot_fingerprint`."""
+        return self.snapshot(user_id).fingerprint
+
+    def restore(self, snapshot: MemorySnapshot, *, replace: bool = False) -> None:
+        """Load a snapshot in one transaction; see `MemoryStore.restore`.
+
+        With ``replace`` the records it drops are not added to the change history
+        (as in the JSONL store); every layer gets a new generation, so indexes built
+        from the old bank start over.
+        """
+        user = check_user_id(snapshot.user_id).encode("utf-8")
+        conn = self._conn()
+        with conn.transaction():
+            for layer in LAYERS:  # the same order everywhere: no deadlock between restores
+                if not self._local.held.get((user, layer)):
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(user, layer),))
+            (existing,) = conn.execute(
+                "SELECT count(*) FROM autopersona_memories WHERE user_id = %s", (user,)
+            ).fetchone()
+            if existing and not replace:
+                raise SnapshotError(
+                    f"user {snapshot.user_id!r} already has {existing} memories; "
+                    "restore with replace=True (CLI: --replace) to overwrite them"
+                )
+            conn.execute("DELETE FROM autopersona_memories WHERE user_id = %s", (user,))
+            for layer in LAYERS:
+                conn.execute(
+                    "INSERT INTO autopersona_banks (user_id, layer, generation) VALUES (%s, %s, %s)"
+                    " ON CONFLICT (user_id, layer) DO UPDATE SET generation = EXCLUDED.generation",
+                    (user, layer, secrets.token_hex(8)),
+                )
+                records = snapshot.memories[layer]
+                if not records:
+                    continue
+                last = self._next_seq(conn, user, layer, len(records))
+                first = last - len(records) + 1
+                with conn.cursor() as cursor:
+                    cursor.executemany(
+                        "INSERT INTO autopersona_memories"
+                        " (user_id, layer, id, position, seq, record)"
+                        " VALUES (%s, %s, %s, %s, %s, %s)",
+                        [
+                            (user, layer, r.id, first + i, first + i, r.model_dump_json().encode())
+                            for i, r in enumerate(records)
+                        ],
+                    )
+
+
+def _close_all(connections: builtins.list[psycopg.Connection[Any]]) -> None:
+    for conn in connections:
+        conn.close()
+    connections.clear()
+
+
+def _records(rows: Iterable[tuple[bytes]], layer: str) -> builtins.list[MemoryRecord]:
+    return [_record(raw, f"autopersona_memories {layer}") for (raw,) in rows]

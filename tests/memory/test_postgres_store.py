@@ -1,0 +1,209 @@
+"""What only the PostgreSQL store has to prove: processes, its change feed, its addresses.
+
+The shared contract runs in tests/memory/test_conformance.py. These need the
+``AUTOPERSONA_TEST_POSTGRES_DSN`` database (`.ci/postgres` starts one); each test
+works in a schema of its own.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autopersona_flows.errors import MemoryStoreError
+from autopersona_flows.memory import (
+    FunctionEmbedder,
+    HashingEmbedder,
+    JsonlMemoryStore,
+    MemoryRetriever,
+    MemoryUpdater,
+    PersonaMemory,
+    SearchRequest,
+    WorkspaceMemory,
+    open_store,
+)
+from autopersona_flows.memory.postgres import PostgresMemoryStore
+
+USER = "ada"
+
+
+def run_python(code: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=timeout,
+    )
+
+
+def test_user_ids_and_contents_postgres_text_cannot_hold_round_trip(pg_store) -> None:
+    user = "ada\x00admin"  # NUL: PostgreSQL text refuses it, so ids are stored as bytes
+    record = pg_store.add(user, PersonaMemory(topic="nul\x00topic", preference="a\u2028b"))
+
+    assert pg_store.get(user, "persona", record.id) == record
+    assert pg_store.list("ada", "persona") == []  # a prefix of the id is another user
+    assert user in pg_store.users()
+
+
+def test_writer_processes_lose_nothing_and_locked_serialises_them(postgres_schema) -> None:
+    code = """
+        import sys
+        from autopersona_flows.memory import PersonaMemory, WorkspaceMemory
+        from autopersona_flows.memory.postgres import PostgresMemoryStore
+
+        dsn, worker = sys.argv[1], sys.argv[2]
+        store = PostgresMemoryStore(dsn)
+        for i in range(40):
+            store.add("ada", PersonaMemory(topic=f"{worker}-{i}", preference="x"))
+            with store.locked("ada", "workspace"):  # read, decide, write: one step
+                (counter,) = store.list("ada", "workspace")
+                count = counter.content.state["count"]
+                new = WorkspaceMemory(state={"count": count + 1})
+                store.update("ada", "workspace", counter.id, new)
+    """
+    store = PostgresMemoryStore(postgres_schema)
+    store.add(USER, WorkspaceMemory(state={"count": 0}))
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(code), postgres_schema, str(w)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for w in range(4)
+    ]
+    for worker in workers:
+        _, err = worker.communicate(timeout=180)
+        assert worker.returncode == 0, err
+
+    persona = store.list(USER, "persona")
+    assert len({r.id for r in persona}) == len(persona) == 160
+    (counter,) = store.list(USER, "workspace")
+    assert counter.content.state == {"count": 160}  # no update was lost
+    assert len(store.history(USER, "workspace", counter.id)) == 160
+    store.close()
+
+
+def test_first_use_by_many_processes_at_once_creates_the_schema_once(postgres_schema) -> None:
+    code = """
+        import sys
+        from autopersona_flows.memory.postgres import PostgresMemoryStore
+        print(len(PostgresMemoryStore(sys.argv[1]).users()))
+    """
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(code), postgres_schema],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    outputs = [worker.communicate(timeout=120) for worker in workers]
+    assert [worker.returncode for worker in workers] == [0] * 4, outputs
+    assert [out.strip() for out, _ in outputs] == ["0"] * 4
+
+
+def test_the_change_feed_follows_writes_and_restarts_after_a_restore(pg_store) -> None:
+    first = pg_store.add(USER, PersonaMemory(topic="tone", preference="terse"))
+    start = pg_store.changes(USER, "persona")
+    assert (start.full, [r.id for r in start.records]) == (True, [first.id])
+
+    second = pg_store.add(USER, PersonaMemory(topic="length", preference="short"))
+    pg_store.update(USER, "persona", first.id, PersonaMemory(topic="tone", preference="warm"))
+    pg_store.delete(USER, "persona", second.id)
+    step = pg_store.changes(USER, "persona", start.cursor)
+    assert not step.full
+    assert [r.content.preference for r in step.records] == ["warm"]
+    assert step.deleted == [second.id]
+    assert pg_store.changes(USER, "persona", step.cursor).records == []
+
+    pg_store.restore(pg_store.snapshot(USER), replace=True)
+    again = pg_store.changes(USER, "persona", step.cursor)
+    assert again.full  # a restored bank is a new generation: indexes start over
+    assert [r.id for r in again.records] == [first.id]
+
+
+def test_retrieval_follows_another_workers_writes_without_re_embedding_the_bank(
+    postgres_schema,
+) -> None:
+    hashing = HashingEmbedder()
+    embedded: list[str] = []
+
+    def counting(texts):
+        embedded.extend(texts)
+        return hashing.embed(texts)
+
+    embedder = FunctionEmbedder(counting, name=hashing.name, dim=hashing.dim)
+    mine, theirs = PostgresMemoryStore(postgres_schema), PostgresMemoryStore(postgres_schema)
+    writer = MemoryUpdater(theirs, hashing)
+    for i in range(30):
+        writer.add(USER, PersonaMemory(topic=f"topic {i}", preference=f"preference {i}"))
+    retriever = MemoryRetriever(mine, embedder)
+    search = [SearchRequest(layer="persona", query="citation style")]
+    before = retriever.retrieve(USER, search).persona
+    assert "APA" not in [m.record.content.preference for m in before]
+
+    writer.add(USER, PersonaMemory(topic="citation style", preference="APA"))
+    found = retriever.retrieve(USER, search).persona
+
+    assert [m.record.content.preference for m in found][:1] == ["APA"]  # the next call sees it
+    assert embedded == ["citation style", "citation style"]  # queries only, never the bank
+    mine.close()
+    theirs.close()
+
+
+def test_migrate_copies_jsonl_to_postgres_and_back_with_equal_fingerprints(
+    tmp_path: Path, postgres_schema, run_cli
+) -> None:
+    source = JsonlMemoryStore(tmp_path / "jsonl")
+    updater = MemoryUpdater(source, HashingEmbedder())
+    for user in ("ada", "bob"):
+        updater.add(user, PersonaMemory(topic="tone", preference=f"{user}'s tone"))
+        updater.add(user, WorkspaceMemory(state={"open": [user, 1.5, None]}))
+    fingerprints = {user: source.snapshot_fingerprint(user) for user in ("ada", "bob")}
+
+    there = run_cli("migrate", "--from", f"jsonl:{tmp_path / 'jsonl'}", "--to", postgres_schema)
+    back = run_cli("migrate", "--from", postgres_schema, "--to", str(tmp_path / "back"))
+
+    assert there.returncode == 0, there.stderr
+    assert back.returncode == 0, back.stderr
+    for user, fingerprint in fingerprints.items():
+        assert f"{user}: 2 memories" in there.stdout
+        assert f"sha256:{fingerprint}" in there.stdout
+        assert PostgresMemoryStore(postgres_schema).snapshot_fingerprint(user) == fingerprint
+        assert JsonlMemoryStore(tmp_path / "back").snapshot_fingerprint(user) == fingerprint
+    again = run_cli("migrate", "--from", f"jsonl:{tmp_path / 'jsonl'}", "--to", postgres_schema)
+    assert again.returncode == 1
+    assert "already has 2 memories" in again.stderr  # nothing overwritten without --replace
+
+
+def test_addresses_open_the_right_store_and_never_show_a_password(postgres_schema) -> None:
+    store = open_store(postgres_schema)
+    assert isinstance(store, PostgresMemoryStore)
+    store.add(USER, PersonaMemory(topic="tone", preference="terse"))  # it really connects
+    assert "autopersona@" not in repr(store)
+    assert "password" not in repr(store).lower()
+    assert isinstance(open_store("jsonl:/tmp/somewhere"), JsonlMemoryStore)
+
+
+def test_an_unreachable_database_is_a_store_error_naming_it() -> None:
+    store = PostgresMemoryStore("postgresql://nobody:secret@127.0.0.1:1/none?connect_timeout=2")
+    with pytest.raises(MemoryStoreError, match=r"cannot connect to PostgresMemoryStore"):
+        store.list(USER, "persona")
+
+
+def test_embeddings_are_stored_with_the_record(pg_store) -> None:
+    updater = MemoryUpdater(pg_store, HashingEmbedder())
+    record = updater.add(USER, PersonaMemory(topic="tone", preference="terse"))
+
+    stored = pg_store.get(USER, "persona", record.id)
+
+    assert stored.embedding is not None
+    np.testing.assert_array_equal(stored.embedding.array(), record.embedding.array())
