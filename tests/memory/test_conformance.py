@@ -1,0 +1,46 @@
+"""Both stores run the conformance suite that every backend runs."""
+
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from autopersona_flows import JsonlMemoryStore, MemoryStore
+from autopersona_flows.testing import MemoryStoreConformance
+
+
+class TestJsonlConformance(MemoryStoreConformance):
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> MemoryStore:
+        return JsonlMemoryStore(tmp_path / "store")
+
+    @pytest.fixture
+    def reopen(self, tmp_path: Path) -> Callable[[], MemoryStore]:
+        return lambda: JsonlMemoryStore(tmp_path / "store")
+
+
+class TestPostgresConformance(MemoryStoreConformance):
+    """Each test in a fresh schema of the ``AUTOPERSONA_TEST_POSTGRES_DSN`` database."""
+
+    @pytest.fixture
+    def store(self, postgres_schema: str) -> Iterator[MemoryStore]:
+        from autopersona_flows.memory.postgres import PostgresMemoryStore
+
+        with PostgresMemoryStore(postgres_schema) as store:
+            yield store
+
+    @pytest.fixture
+    def reopen(self, postgres_schema: str) -> Callable[[], MemoryStore]:
+        from autopersona_flows.memory.postgres import PostgresMemoryStore
+
+        return lambda: PostgresMemoryStore(postgres_schema)
+
+
+def test_testing_surface_is_deliberate_and_prefect_free() -> None:
+    code = "import sys, autopersona_flows.testing as t; print(t.__all__, 'prefect' in sys.modules)"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "['MemoryStoreConformance', 'assert_same_memories'] False"
