@@ -1,6 +1,7 @@
 """Benchmark: the latency of one retrieval as a persona bank grows, against the seed's algorithm.
 
-Run it as ``python benchmarks/retrieval_bench.py`` (``--quick`` for 1k and 10k only).
+Run it as ``python benchmarks/retrieval_bench.py`` (``--quick`` for 1k and 10k only;
+``--postgres DSN`` to compare `PostgresMemoryStore` as well).
 
 What is measured
 ----------------
@@ -57,6 +58,29 @@ of a retrieve is one matrix-vector product, which NumPy's BLAS may split over
 threads; when other processes hold the CPUs, waiting for a descheduled BLAS thread
 costs a scheduler time slice (milliseconds). To see the retriever's own cost on a
 shared machine, run with ``OPENBLAS_NUM_THREADS=1`` (or ``OMP_NUM_THREADS=1``).
+
+PostgreSQL beside JSONL
+-----------------------
+With ``--postgres DSN`` (default: ``$AUTOPERSONA_TEST_POSTGRES_DSN``) a last section
+puts `PostgresMemoryStore` beside a fresh `JsonlMemoryStore`, in a schema created
+for the run and dropped at its end (also on failure). Without a database, or
+without psycopg, it prints one line saying why it was skipped. It is informative:
+it never sets the exit code. Both stores get the same 10k embedded persona
+memories (``add_many``, as above; the retrieve searches the persona layer), then:
+
+* *cold*: the first retrieve on a new store object and a new `MemoryRetriever`
+  (for PostgreSQL this includes opening its connection), median of
+  ``--cold-repeats``;
+* *steady state*: one warm-up call per retriever, then ``--queries`` retrieves
+  timed one by one, in blocks of 25 that alternate between the stores (and
+  which goes first); each block starts with an untimed call, since the other
+  store's index has just pushed this one's out of the CPU caches (calls that
+  alternate one by one are both slower by a few tenths of a millisecond at
+  10k). p50, p95 and the ratios Postgres / JSONL (above 1: Postgres slower);
+* *a write from elsewhere*: another store object on the same folder or database
+  adds a memory; the retriever's store counts the records before and after, and
+  the next retrieve must rank the new memory first (the retriever follows the
+  store's change feed, so nothing needs to be invalidated by hand).
 """
 
 from __future__ import annotations
@@ -70,14 +94,29 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
-from _common import parse_sizes, percentile, progress
+from _common import (
+    BACKENDS,
+    NAMES,
+    PostgresSkipped,
+    add_postgres_argument,
+    alternating,
+    close_store,
+    open_store,
+    parse_sizes,
+    percentile,
+    postgres_schema,
+    print_skipped,
+    progress,
+)
 
 from autopersona_flows.memory.embedders import Embedder, HashingEmbedder
 from autopersona_flows.memory.index import BankIndex, Scoring
 from autopersona_flows.memory.jsonl import JsonlMemoryStore
+from autopersona_flows.memory.protocol import MemoryStore
 from autopersona_flows.memory.records import Embedding, MemoryRecord, PersonaMemory
 from autopersona_flows.memory.retrieval import MemoryRetriever, SearchRequest
 from autopersona_flows.memory.text import memory_text
@@ -295,7 +334,7 @@ def user_of(size: int) -> str:
     return f"bench-{size}"
 
 
-def fill_bank(store: JsonlMemoryStore, user_id: str, size: int, seed: int) -> float:
+def fill_bank(store: MemoryStore, user_id: str, size: int, seed: int) -> float:
     """Store ``size`` embedded persona memories for ``user_id``; return the seconds spent."""
     writer = HashingEmbedder()
     contents = persona_contents(seed)
@@ -462,6 +501,148 @@ def report(rows: list[Row], colds: list[Cold], counts: Counts, load: tuple[float
     return 0 if ratio_ok else 1
 
 
+# -- PostgreSQL beside JSONL ----------------------------------------------------------------
+
+PG_SIZE = 10_000
+PG_USER = "bench-pg"
+PG_BLOCK = 25  # timed retrieves in a row on one store; the blocks alternate between the stores
+# A memory in words the generated bank never uses, so one retrieve can tell whether it is seen.
+NEEDLE = PersonaMemory(
+    topic="quokka census",
+    preference="wants zebra-striped tallies of every quokka",
+    strategy="count the quokkas at dawn",
+)
+NEEDLE_QUERY = "quokka census tallies, zebra-striped"
+
+
+@dataclass
+class PostgresRetrieval:
+    """The PostgreSQL section's measurements; every dict is keyed by backend."""
+
+    where: str
+    fill: dict[str, float] = field(default_factory=dict)  # seconds to store the bank
+    cold: dict[str, list[float]] = field(default_factory=dict)  # ms, fresh store + retriever
+    warm_up: dict[str, float] = field(default_factory=dict)  # ms, first call of the retriever
+    steady: dict[str, list[float]] = field(default_factory=dict)  # ms
+    pickup: dict[str, tuple[int, int, bool]] = field(default_factory=dict)
+
+
+def time_cold(targets: dict[str, str], repeats: int, seed: int) -> dict[str, list[float]]:
+    """The first retrieve on a new store object and retriever (connection included)."""
+    search = [SearchRequest(layer="persona", query=queries(seed, 1)[0])]
+    cold: dict[str, list[float]] = {name: [] for name in targets}
+    for i in range(repeats):
+        for name, target in alternating(targets, i):
+            store = open_store(name, target)  # connects on its first call, inside the clock
+            start = time.perf_counter()
+            MemoryRetriever(store).retrieve(PG_USER, search, TOP_K)
+            cold[name].append((time.perf_counter() - start) * 1e3)
+            close_store(store)
+    return cold
+
+
+def check_pickup(
+    store: MemoryStore, retriever: MemoryRetriever, other: MemoryStore
+) -> tuple[int, int, bool]:
+    """Add a record through ``other``; is it counted, and found by the next retrieve?
+
+    Returns:
+        The records ``store`` counts before and after, and whether the retrieve
+        right after the write ranked the new record first.
+    """
+    before = len(store.list(PG_USER, "persona"))
+    added = other.add(PG_USER, embedded_records([NEEDLE], HashingEmbedder())[0])
+    bundle = retriever.retrieve(PG_USER, [SearchRequest(layer="persona", query=NEEDLE_QUERY)])
+    first = bool(bundle.persona) and bundle.persona[0].record.id == added.id
+    return before, len(store.list(PG_USER, "persona")), first
+
+
+def compare_postgres(
+    dsn: str, where: str, folder: Path, args: argparse.Namespace
+) -> PostgresRetrieval:
+    """Fill both stores alike, then time retrieves over them side by side."""
+    targets = {"jsonl": str(folder), "postgres": dsn}
+    stores = {name: open_store(name, target) for name, target in targets.items()}
+    run = PostgresRetrieval(where)
+    try:
+        for name, store in stores.items():
+            progress(f"postgres section: storing {PG_SIZE:,} embedded memories in {name} ...")
+            run.fill[name] = fill_bank(store, PG_USER, PG_SIZE, args.seed + PG_SIZE)
+
+        progress(f"postgres section: {args.cold_repeats} cold starts on each store ...")
+        run.cold = time_cold(targets, args.cold_repeats, args.seed + 1)
+
+        progress(f"postgres section: warm-up + {args.queries} retrieves on each store ...")
+        retrievers = {name: MemoryRetriever(store) for name, store in stores.items()}
+        searches = [
+            [SearchRequest(layer="persona", query=text)]
+            for text in queries(args.seed + 2 * PG_SIZE, args.queries + 1)
+        ]
+        run.steady = {name: [] for name in stores}
+        for name, retriever in retrievers.items():
+            run.warm_up[name] = timed(partial(retriever.retrieve, PG_USER, searches[0], TOP_K))
+        for i, first in enumerate(range(1, len(searches), PG_BLOCK)):
+            block = searches[first : first + PG_BLOCK]
+            for name, retriever in alternating(retrievers, i):
+                # Untimed: brings this store's index back into the CPU caches after the other's.
+                retriever.retrieve(PG_USER, searches[0], TOP_K)
+                run.steady[name] += [
+                    timed(partial(retriever.retrieve, PG_USER, search, TOP_K)) for search in block
+                ]
+
+        for name, store in stores.items():
+            other = open_store(name, targets[name])
+            try:
+                run.pickup[name] = check_pickup(store, retrievers[name], other)
+            finally:
+                close_store(other)
+    finally:
+        for store in stores.values():
+            close_store(store)
+    return run
+
+
+def report_postgres(run: PostgresRetrieval) -> None:
+    """Print the PostgreSQL section (informative: it never sets the exit code)."""
+    print()
+    print(
+        f"PostgreSQL beside JSONL ({run.where}, in a fresh schema): {PG_SIZE:,} embedded persona "
+        "memories in each store, stored with add_many"
+    )
+    header = (
+        f"{'store':>8} | {'stored in s':>11} | {'cold ms':>9} | {'warm-up ms':>10} | "
+        f"{'p50 ms':>8} | {'p95 ms':>8} | {'calls':>5}"
+    )
+    print(header)
+    print("-" * len(header))
+    for name in BACKENDS:
+        steady = run.steady[name]
+        cold = statistics.median(run.cold[name])
+        print(
+            f"{NAMES[name]:>8} | {run.fill[name]:>11.1f} | {cold:>9.1f} | "
+            f"{run.warm_up[name]:>10.1f} | {statistics.median(steady):>8.3f} | "
+            f"{percentile(steady, 0.95):>8.3f} | {len(steady):>5}"
+        )
+    jsonl, pg = run.steady["jsonl"], run.steady["postgres"]
+    cold = statistics.median(run.cold["postgres"]) / statistics.median(run.cold["jsonl"])
+    print(
+        f"Postgres / JSONL: p50 {statistics.median(pg) / statistics.median(jsonl):.2f}x, "
+        f"p95 {percentile(pg, 0.95) / percentile(jsonl, 0.95):.2f}x, cold {cold:.2f}x "
+        "(above 1: Postgres slower)"
+    )
+    repeats = len(run.cold["jsonl"])
+    print(
+        f"cold: the first retrieve on a new store object and retriever (for Postgres with its "
+        f"connection), median of {repeats}; timed retrieves in blocks of {PG_BLOCK}, "
+        "alternating between the stores"
+    )
+    for name, (before, after, first) in run.pickup.items():
+        print(
+            f"a write by another {NAMES[name]} store object: {before:,} -> {after:,} records; "
+            f"the next retrieve ranks it first: {'yes' if first else 'NO'}"
+        )
+
+
 def parse_seed_calls(text: str) -> dict[int, int]:
     try:
         pairs = [part.split("=") for part in text.split(",") if part.strip()]
@@ -495,6 +676,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the generated contents")
     parser.add_argument("--quick", action="store_true", help="sizes 1000,10000 only")
+    add_postgres_argument(parser)
     args = parser.parse_args(argv)
     sizes = args.sizes or list(QUICK_SIZES if args.quick else DEFAULT_SIZES)
     if min(args.queries, args.adds, args.cold_repeats) < 1:
@@ -516,7 +698,21 @@ def main(argv: list[str] | None = None) -> int:
             if size >= BAR_SIZE:
                 progress(f"  cold start on the {size:,} bank ...")
                 colds.append(measure_cold(root, size, args.cold_repeats))
-    return report(rows, colds, counts, (load_start, os.getloadavg()[0]))
+    code = report(rows, colds, counts, (load_start, os.getloadavg()[0]))
+
+    # The PostgreSQL section comes after the verdicts above and never changes them.
+    try:
+        with (
+            postgres_schema(args.postgres, "retrieval_bench") as (dsn, where),
+            tempfile.TemporaryDirectory(prefix="retrieval-bench-pg-") as tmp,
+        ):
+            run_pg = compare_postgres(dsn, where, Path(tmp), args)
+    except PostgresSkipped as reason:
+        print()
+        print_skipped(reason)
+        return code
+    report_postgres(run_pg)
+    return code
 
 
 if __name__ == "__main__":

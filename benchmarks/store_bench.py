@@ -1,6 +1,7 @@
 """Benchmark: the cost of one durable add as a persona bank grows.
 
-Run it as ``python benchmarks/store_bench.py`` (``--quick`` for a short smoke test).
+Run it as ``python benchmarks/store_bench.py`` (``--quick`` for a short smoke test,
+``--postgres DSN`` to compare `PostgresMemoryStore` as well).
 
 What is measured
 ----------------
@@ -37,26 +38,70 @@ linearly with the bank. Two verdict lines follow:
 The exit code is 1 if either bar is missed, so the script doubles as a check. The
 numbers depend on the disk (fsync latency) of the machine that runs it, which is
 why only ratios are checked.
+
+PostgreSQL beside JSONL
+-----------------------
+With ``--postgres DSN`` (default: ``$AUTOPERSONA_TEST_POSTGRES_DSN``) a last section
+puts `PostgresMemoryStore` beside a fresh `JsonlMemoryStore`, in a schema created
+for the run and dropped at its end (also on failure). Without a database, or
+without psycopg, it prints one line saying why it was skipped; the exit code is
+then the one above. Measured, always on both stores in the same run:
+
+* *single adds* at 1k and 10k records: both banks are grown with ``add_many``
+  (batches of 1,000), then ``--sample`` single adds are timed one by one,
+  alternating between the stores (and which one goes first). Median, p95,
+  adds/s (sample / time inside ``add``) and the ratio of the medians;
+* *add_many*: ``--batch-total`` records in ``--batch-size`` batches into a fresh
+  bank, alternating batches; records/s;
+* *4 concurrent writers*: four processes (spawned, each with its own store object
+  and, for PostgreSQL, its own connection) each make ``--writer-adds`` single adds
+  (100 with ``--quick``, 500 otherwise) once all four are ready, first all into one
+  user's persona bank, then each into its own user's. The rate is all adds over
+  the span from the first start to the last end.
+
+The ratios read "Postgres / JSONL": above 1 means Postgres takes longer (times)
+or stores more per second (rates). At the end every bank of both stores is
+counted against what was written to it; a store that lost writes is reported
+(``FAIL``) and sets the exit code to 1. No other number here sets the exit code.
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
+import queue
 import random
 import statistics
 import sys
 import tempfile
 import time
+import traceback
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import orjson
-from _common import parse_sizes, percentile, progress
+from _common import (
+    BACKENDS,
+    NAMES,
+    PostgresSkipped,
+    add_postgres_argument,
+    alternating,
+    close_store,
+    open_store,
+    parse_sizes,
+    percentile,
+    postgres_schema,
+    print_skipped,
+    progress,
+)
 
 from autopersona_flows.memory.jsonl import JsonlMemoryStore
+from autopersona_flows.memory.protocol import MemoryStore
 from autopersona_flows.memory.records import MemoryRecord, PersonaMemory
 
 USER = "bench-user"
@@ -298,6 +343,248 @@ def report(growth: Growth, batched: float, batch_total: int, batch_size: int) ->
     return 1 if failed else 0
 
 
+# -- PostgreSQL beside JSONL ----------------------------------------------------------------
+
+PG_SIZES = (1_000, 10_000)
+FILL_BATCH = 1_000
+WRITERS = 4
+WRITER_BARRIER_TIMEOUT = 120.0  # seconds: every writer opens its store before any adds
+BATCHED_USER = "bench-batched"
+SHARED_WRITER = "bench-writers"
+
+
+def grow(store: MemoryStore, contents: Iterator[PersonaMemory], n: int) -> None:
+    """Add ``n`` records to our user's persona bank with ``add_many``, in batches."""
+    for done in range(0, n, FILL_BATCH):
+        batch = [next(contents) for _ in range(min(FILL_BATCH, n - done))]
+        store.add_many(USER, "persona", batch)
+
+
+@dataclass(frozen=True)
+class WriterJob:
+    """What one writer process does: ``adds`` single adds for ``user`` into a new store."""
+
+    backend: str
+    target: str
+    user: str
+    adds: int
+    seed: int
+
+
+def _writer(job: WriterJob, barrier: Any, results: Any) -> None:
+    """One writer process: open its store, wait until all are ready, then add one by one.
+
+    Puts ``(start, end, None)`` on ``results``, or ``(0, 0, traceback)`` if it failed.
+    """
+    try:
+        store = open_store(job.backend, job.target)
+        contents = persona_contents(job.seed)
+        items = [next(contents) for _ in range(job.adds)]
+        store.list(job.user, "persona")  # connect (and set up the schema) before the clock
+        barrier.wait(WRITER_BARRIER_TIMEOUT)
+        # time.monotonic is CLOCK_MONOTONIC: one clock for every process on the machine.
+        start = time.monotonic()
+        for item in items:
+            store.add(job.user, item)
+        end = time.monotonic()
+        close_store(store)
+        results.put((start, end, None))
+    except BaseException:
+        barrier.abort()  # the others stop waiting for this one
+        results.put((0.0, 0.0, traceback.format_exc()))
+
+
+def run_writers(jobs: list[WriterJob]) -> float:
+    """Run each job in its own process, all at once; return the total adds per second.
+
+    The rate is all adds over the span from the first writer's start to the last one's end.
+    """
+    context = multiprocessing.get_context("spawn")  # no inherited connections or locks
+    barrier = context.Barrier(len(jobs))
+    results = context.Queue()
+    processes = [context.Process(target=_writer, args=(job, barrier, results)) for job in jobs]
+    for process in processes:
+        process.start()
+    spans = []
+    try:
+        while len(spans) < len(processes):
+            try:
+                start, end, error = results.get(timeout=1.0)
+            except queue.Empty:
+                dead = [p.exitcode for p in processes if p.exitcode not in (None, 0)]
+                if dead:
+                    raise RuntimeError(f"a writer process died (exit code {dead[0]})") from None
+                continue
+            if error:
+                raise RuntimeError(f"a writer process failed:\n{error}")
+            spans.append((start, end))
+    finally:
+        for process in processes:
+            process.join(timeout=10.0)
+            if process.is_alive():
+                process.terminate()
+                process.join()
+    seconds = max(end for _, end in spans) - min(start for start, _ in spans)
+    return sum(job.adds for job in jobs) / seconds
+
+
+@dataclass
+class PostgresRun:
+    """The PostgreSQL section's measurements; the innermost dicts are keyed by backend."""
+
+    where: str
+    singles: dict[int, dict[str, list[float]]] = field(default_factory=dict)  # size -> µs
+    batched: dict[str, float] = field(default_factory=dict)  # records/s
+    writers: dict[str, dict[str, float]] = field(default_factory=dict)  # variant -> adds/s
+    counts: dict[str, tuple[int, int]] = field(default_factory=dict)  # (present, written)
+
+
+def time_single_adds(
+    stores: dict[str, MemoryStore], contents: dict[str, Iterator[PersonaMemory]], sample: int
+) -> dict[int, dict[str, list[float]]]:
+    """Grow each bank to each of `PG_SIZES`, then time ``sample`` adds, alternating stores."""
+    singles = {}
+    count = 0
+    for size in PG_SIZES:
+        progress(f"postgres section: growing both banks to {size:,} records with add_many ...")
+        for name, store in stores.items():
+            grow(store, contents[name], size - count)
+        progress(f"postgres section: timing {sample} single adds each at {size:,} ...")
+        costs: dict[str, list[float]] = {name: [] for name in stores}
+        for i in range(sample):
+            for name, store in alternating(stores, i):
+                costs[name] += time_adds(partial(store.add, USER), contents[name], 1)
+        singles[size] = costs
+        count = size + sample
+    return singles
+
+
+def time_add_many(
+    stores: dict[str, MemoryStore],
+    contents: dict[str, Iterator[PersonaMemory]],
+    total: int,
+    batch_size: int,
+) -> dict[str, float]:
+    """Records per second stored by ``add_many`` into a fresh bank, alternating stores."""
+    progress(f"postgres section: add_many, {total:,} records in batches of {batch_size} ...")
+    seconds = dict.fromkeys(stores, 0.0)
+    for i, done in enumerate(range(0, total, batch_size)):
+        n = min(batch_size, total - done)
+        for name, store in alternating(stores, i):
+            items = [next(contents[name]) for _ in range(n)]
+            start = time.perf_counter()
+            store.add_many(BATCHED_USER, "persona", items)
+            seconds[name] += time.perf_counter() - start
+    return {name: total / spent for name, spent in seconds.items()}
+
+
+def compare_postgres(
+    dsn: str,
+    where: str,
+    folder: Path,
+    *,
+    sample: int,
+    batch_total: int,
+    batch_size: int,
+    writer_adds: int,
+    seed: int,
+) -> PostgresRun:
+    """Measure JSONL and PostgreSQL side by side, then count every record either was given."""
+    targets = {"jsonl": str(folder), "postgres": dsn}
+    stores = {name: open_store(name, target) for name, target in targets.items()}
+    contents = {name: persona_contents(seed + 10 + i) for i, name in enumerate(BACKENDS)}
+    written: dict[str, Counter[str]] = {name: Counter() for name in BACKENDS}
+    run = PostgresRun(where)
+    try:
+        run.singles = time_single_adds(stores, contents, sample)
+        run.batched = time_add_many(stores, contents, batch_total, batch_size)
+        for name in BACKENDS:
+            written[name][USER] = PG_SIZES[-1] + sample
+            written[name][BATCHED_USER] = batch_total
+
+        variants = {
+            "one user, one layer": [SHARED_WRITER] * WRITERS,
+            f"{WRITERS} users, one each": [f"bench-writer-{i}" for i in range(WRITERS)],
+        }
+        for variant, users in variants.items():
+            run.writers[variant] = {}
+            for name in BACKENDS:
+                progress(f"postgres section: {WRITERS} {name} writer processes, {variant} ...")
+                jobs = [
+                    WriterJob(name, targets[name], user, writer_adds, seed + 100 + i)
+                    for i, user in enumerate(users)
+                ]
+                run.writers[variant][name] = run_writers(jobs)
+                for user in users:
+                    written[name][user] += writer_adds
+
+        for name, store in stores.items():
+            present = sum(len(store.list(user, "persona")) for user in written[name])
+            run.counts[name] = (present, sum(written[name].values()))
+    finally:
+        for store in stores.values():
+            close_store(store)
+    return run
+
+
+def report_postgres(run: PostgresRun, *, batch_size: int, writer_adds: int) -> int:
+    """Print the PostgreSQL section; return 1 if a store lost (or invented) records."""
+    print()
+    print(f"PostgreSQL beside JSONL ({run.where}, in a fresh schema)")
+    print(
+        "single adds: both banks grown with add_many, then single adds timed one by one, "
+        "alternating between the stores"
+    )
+    header = (
+        f"{'size':>9} | {'JSONL median µs':>15} | {'JSONL p95 µs':>12} | {'JSONL adds/s':>12} | "
+        f"{'PG median µs':>12} | {'PG p95 µs':>9} | {'PG adds/s':>9} | {'PG/JSONL time':>13}"
+    )
+    print(header)
+    print("-" * len(header))
+    for size, costs in run.singles.items():
+        jsonl, pg = costs["jsonl"], costs["postgres"]
+        print(
+            f"{size:>9,} | {statistics.median(jsonl):>15,.0f} | "
+            f"{percentile(jsonl, 0.95):>12,.0f} | {len(jsonl) * 1e6 / sum(jsonl):>12,.0f} | "
+            f"{statistics.median(pg):>12,.0f} | "
+            f"{percentile(pg, 0.95):>9,.0f} | {len(pg) * 1e6 / sum(pg):>9,.0f} | "
+            f"{statistics.median(pg) / statistics.median(jsonl):>12.1f}x"
+        )
+    samples = len(next(iter(run.singles.values()))["jsonl"])
+    print(f"samples: {samples} adds per size and store; PG/JSONL time: ratio of the medians")
+    print()
+    jsonl, pg = run.batched["jsonl"], run.batched["postgres"]
+    print(
+        f"add_many, by {batch_size}: JSONL {jsonl:,.0f} records/s, Postgres {pg:,.0f} records/s "
+        f"(PG/JSONL rate {pg / jsonl:.2f}x)"
+    )
+    print()
+    print(
+        f"{WRITERS} concurrent writer processes (spawned; each its own store object), "
+        f"{writer_adds:,} single adds each, persona layer (one writer: adds/s above):"
+    )
+    header = (
+        f"{'writers':>20} | {'JSONL adds/s':>12} | {'Postgres adds/s':>15} | {'PG/JSONL rate':>13}"
+    )
+    print(header)
+    print("-" * len(header))
+    for variant, rates in run.writers.items():
+        jsonl, pg = rates["jsonl"], rates["postgres"]
+        print(f"{variant:>20} | {jsonl:>12,.0f} | {pg:>15,.0f} | {pg / jsonl:>12.2f}x")
+    print()
+    lost = False
+    for name, (present, expected) in run.counts.items():
+        missing = expected - present
+        lost |= missing != 0
+        verdict = "ok"
+        if missing > 0:
+            verdict = f"FAIL: {missing:,} writes lost"
+        elif missing < 0:
+            verdict = f"FAIL: {-missing:,} more records than written"
+        print(f"records present, {NAMES[name]}: {present:,} of {expected:,} written {verdict}")
+    return 1 if lost else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="Time one durable add as a persona bank grows, against a whole-file rewrite."
@@ -319,25 +606,56 @@ def main(argv: list[str] | None = None) -> int:
         "--batch-total", type=int, default=None, help="records stored by add_many (10000)"
     )
     parser.add_argument("--batch-size", type=int, default=500, help="add_many batch size (500)")
+    parser.add_argument(
+        "--writer-adds",
+        type=int,
+        default=None,
+        help=f"single adds by each of the {WRITERS} writer processes in the PostgreSQL section "
+        "(500; 100 with --quick)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the generated contents")
     parser.add_argument(
         "--quick", action="store_true", help="smoke test: sizes 1000,10000 and small samples"
     )
+    add_postgres_argument(parser)
     args = parser.parse_args(argv)
 
     sizes = args.sizes or list(QUICK_SIZES if args.quick else DEFAULT_SIZES)
     sample = args.sample or (50 if args.quick else 200)
     rewrite_sample = args.rewrite_sample or (5 if args.quick else 20)
     batch_total = args.batch_total or (2_000 if args.quick else 10_000)
-    if min(sample, rewrite_sample, batch_total, args.batch_size) < 1:
-        parser.error("samples, --batch-total and --batch-size must be positive")
+    writer_adds = args.writer_adds or (100 if args.quick else 500)
+    if min(sample, rewrite_sample, batch_total, args.batch_size, writer_adds) < 1:
+        parser.error("samples, --batch-total, --batch-size and --writer-adds must be positive")
 
     with tempfile.TemporaryDirectory(prefix="store-bench-") as tmp:
         root = Path(tmp)
         growth = run(sizes, sample, rewrite_sample, args.seed, root)
         progress(f"timing add_many: {batch_total:,} records in batches of {args.batch_size} ...")
         batched = add_many_rate(batch_total, args.batch_size, args.seed + 2, root)
-    return report(growth, batched, batch_total, args.batch_size)
+    code = report(growth, batched, batch_total, args.batch_size)
+
+    # The PostgreSQL section comes after the verdicts above; only lost writes add to the exit code.
+    try:
+        with (
+            postgres_schema(args.postgres, "store_bench") as (dsn, where),
+            tempfile.TemporaryDirectory(prefix="store-bench-pg-") as tmp,
+        ):
+            run_pg = compare_postgres(
+                dsn,
+                where,
+                Path(tmp),
+                sample=sample,
+                batch_total=batch_total,
+                batch_size=args.batch_size,
+                writer_adds=writer_adds,
+                seed=args.seed,
+            )
+    except PostgresSkipped as reason:
+        print()
+        print_skipped(reason)
+        return code
+    return max(code, report_postgres(run_pg, batch_size=args.batch_size, writer_adds=writer_adds))
 
 
 if __name__ == "__main__":

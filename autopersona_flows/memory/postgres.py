@@ -230,25 +230,25 @@ class PostgresMemoryStore:
             repeated = next(i for i in ids if ids.count(i) > 1)
             raise DuplicateMemoryError(f"memory id {repeated!r} appears twice in the batch")
         with self._write(user, layer) as conn:
-            taken = conn.execute(
-                "SELECT id FROM autopersona_memories"
-                " WHERE user_id = %s AND layer = %s AND id = ANY(%s)",
-                (user, layer, ids),
-            ).fetchone()
-            if taken:
-                raise DuplicateMemoryError(
-                    f"{layer} memory id {taken[0]!r} is already stored for user {user_id!r}"
-                )
             last = self._next_seq(conn, user, layer, len(records))
             first = last - len(records) + 1
+            # The primary key finds duplicates (a SELECT first would scan a young bank
+            # whose statistics the planner does not have yet).
             with conn.cursor() as cursor:
                 cursor.executemany(
                     "INSERT INTO autopersona_memories (user_id, layer, id, position, seq, record)"
-                    " VALUES (%s, %s, %s, %s, %s, %s)",
+                    " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING id",
                     [
                         (user, layer, r.id, first + i, first + i, r.model_dump_json().encode())
                         for i, r in enumerate(records)
                     ],
+                    returning=True,
+                )
+                stored = {row[0] for _ in cursor.results() for row in cursor.fetchall()}
+            taken = next((i for i in ids if i not in stored), None)
+            if taken is not None:  # raising rolls the whole batch back
+                raise DuplicateMemoryError(
+                    f"{layer} memory id {taken!r} is already stored for user {user_id!r}"
                 )
         return records
 
