@@ -43,3 +43,16 @@ def test_evaluate_clarification_runs_on_its_synthetic_set() -> None:
     assert "== synthetic set: 8 cases" in result.stdout
     assert "decision accuracy        1.000" in result.stdout
     assert "== applied for the references: ['citation style: APA (APA 7)']" in result.stdout
+
+
+def test_the_deployed_graph_is_the_example_graph() -> None:
+    # prefect.yaml repeats the example graph as the run form's defaults: keep them equal.
+    import yaml
+
+    from autopersona_flows.flows import GraphSpec
+    from examples.reading_group import GRAPH
+
+    config = yaml.safe_load((EXAMPLES.parent / "prefect.yaml").read_text())
+    (runner,) = [d for d in config["deployments"] if d["name"] == "reading-group"]
+    assert GraphSpec.model_validate(runner["parameters"]["graph"]) == GRAPH
+    assert runner["entrypoint"] == "deployments/graph_runner.py:graph_runner"
