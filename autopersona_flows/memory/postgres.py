@@ -366,12 +366,16 @@ class PostgresMemoryStore:
         generation, so older cursors read the whole bank again.
         """
         user, layer = self._key(user_id, layer)
+        state = (
+            "SELECT generation, last_seq FROM autopersona_banks WHERE user_id = %s AND layer = %s"
+        )
+        # The common case, a bank unchanged since the cursor, in one round trip: a write
+        # moves last_seq in the transaction that makes it.
+        bank = self._conn().execute(state, (user, layer)).fetchone()
+        if bank is not None and since == f"pg:{bank[0]}:{bank[1]}":
+            return ChangeSet(cursor=since, full=False, records=[])
         with self._consistent() as conn:
-            bank = conn.execute(
-                "SELECT generation, last_seq FROM autopersona_banks"
-                " WHERE user_id = %s AND layer = %s",
-                (user, layer),
-            ).fetchone()
+            bank = conn.execute(state, (user, layer)).fetchone()
             generation, last = bank if bank else ("none", 0)
             cursor = f"pg:{generation}:{last}"
             prefix, _, seq_text = (since or "").rpartition(":")
