@@ -60,7 +60,7 @@ class AutopersonaSettings(PrefectBaseSettings):
 
     model_config = build_settings_config(("integrations", "autopersona"))
 
-    store: str | None = None
+    store: SecretStr | None = None  # an address may hold a password
     embedder: str = "hashing"
     policy: str = "evidence"
     llm_base_url: str | None = None
@@ -77,7 +77,8 @@ class AutopersonaSettings(PrefectBaseSettings):
         """The store's address (see `open_store`), defaulting under ``PREFECT_HOME``."""
         if self.store is None:
             return str(_or_home(None, "memory"))
-        return self.store if is_postgres(self.store) else str(Path(self.store).expanduser())
+        address = self.store.get_secret_value()
+        return address if is_postgres(address) else str(Path(address).expanduser())
 
     def snapshots_path(self) -> Path:
         """The snapshots folder, defaulting under ``PREFECT_HOME``."""

@@ -105,7 +105,10 @@ _ACTIVE: ContextVar[NodeSteps | None] = ContextVar("autopersona_node_steps", def
 def _active() -> NodeSteps:
     steps = _ACTIVE.get()
     if steps is None:
-        raise FlowConfigurationError("a persona task ran outside the flow run that called it")
+        raise FlowConfigurationError(
+            "a persona task ran outside the process of the flow run that called it: persona "
+            "graphs need a thread-based task runner (the default ThreadPoolTaskRunner)"
+        )
     return steps
 
 
@@ -131,8 +134,9 @@ def _persona_task(fn: Callable[..., Any], kind: str, name: str, retries: int, st
     """The Prefect task of one step, built once per process for each name and options."""
     key = (fn, kind, name, retries, storage)
     cacheable = storage is None or isinstance(storage, Path)  # blocks are not hashable
-    if cacheable and key in _TASKS:
-        return _TASKS[key]
+    built = _TASKS.get(key) if cacheable else None
+    if built is not None:
+        return built
     built = task(
         fn,
         retry_condition_fn=_retry_unless_ours,

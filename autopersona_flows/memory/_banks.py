@@ -328,7 +328,8 @@ class Bank:
     def changes_since(self, cursor: str | None) -> ChangeSet:
         now = f"{self.epoch}:{self.seq}"
         epoch, _, seq_text = (cursor or "").partition(":")
-        since = int(seq_text) if epoch == self.epoch and seq_text.isdigit() else -1
+        known = seq_text.isascii() and seq_text.isdigit()
+        since = int(seq_text) if epoch == self.epoch and known else -1
         oldest = self.changed[0][0] if self.changed else self.seq + 1
         if since < 0 or since > self.seq or since < oldest - 1:
             return ChangeSet(cursor=now, full=True, records=[*self.records.values()])

@@ -118,36 +118,52 @@ class PostgresMemoryStore:
         dsn: A libpq connection string or URL, e.g.
             ``postgresql://user:password@127.0.0.1:5432/memory``.
 
-    Each thread uses its own connection, opened on its first call. `close` closes them.
+    Each thread uses its own connection, opened on its first call; a connection of a
+    thread that has ended is closed when another is opened. `close` closes them all.
+
+    Raises:
+        MemoryStoreError: If ``dsn`` is not a valid address (the message never quotes
+            it), or, on first use, the database cannot be reached or set up.
     """
 
     def __init__(self, dsn: str) -> None:
-        self.dsn = dsn
+        try:
+            info = psycopg.conninfo.conninfo_to_dict(dsn)
+        except psycopg.Error:
+            # libpq's message may quote the password; say what is wrong without it.
+            raise MemoryStoreError("invalid PostgreSQL address (check its syntax)") from None
+        self._dsn = dsn
+        self._where = f"host={info.get('host')!r}, dbname={info.get('dbname')!r}"
         self._local = threading.local()
-        self._connections: list[psycopg.Connection[Any]] = []
+        self._connections: dict[threading.Thread, psycopg.Connection[Any]] = {}
         self._lock = threading.Lock()
         self._ready = False
         # A store dropped without close() still closes what it opened.
         weakref.finalize(self, _close_all, self._connections)
 
     def __repr__(self) -> str:
-        # The DSN may hold a password: show where, not how.
-        info = psycopg.conninfo.conninfo_to_dict(self.dsn)
-        return f"PostgresMemoryStore(host={info.get('host')!r}, dbname={info.get('dbname')!r})"
+        return f"PostgresMemoryStore({self._where})"  # where, never the password
 
     # -- connections and transactions ------------------------------------------------------
 
     def _conn(self) -> psycopg.Connection[Any]:
         conn = getattr(self._local, "conn", None)
-        if conn is None or conn.closed:
-            try:
-                conn = psycopg.connect(self.dsn, autocommit=True)
-            except psycopg.Error as exc:
-                raise MemoryStoreError(f"cannot connect to {self!r}: {exc}") from exc
-            self._local.conn, self._local.held = conn, {}
-            with self._lock:
-                self._connections.append(conn)
+        if conn is not None and not conn.closed:
+            return conn
+        try:
+            conn = psycopg.connect(self._dsn, autocommit=True)
             self._setup(conn)
+        except psycopg.Error as exc:
+            if conn is not None:
+                conn.close()
+            raise MemoryStoreError(f"cannot use {self!r}: {exc}") from exc
+        self._local.conn, self._local.held = conn, {}
+        with self._lock:
+            # Threads come and go (Prefect starts new ones for each run): close the
+            # connections of those that ended, so only live threads hold one.
+            for thread in [t for t in self._connections if not t.is_alive()]:
+                self._connections.pop(thread).close()
+            self._connections[threading.current_thread()] = conn
         return conn
 
     def _setup(self, conn: psycopg.Connection[Any]) -> None:
@@ -357,7 +373,7 @@ class PostgresMemoryStore:
             " ORDER BY seq",
             (user, layer, memory_id),
         )
-        return [MemoryChange.model_validate_json(raw) for (raw,) in rows]
+        return [_change(raw, f"{self!r} {layer} history") for (raw,) in rows]
 
     def changes(self, user_id: str, layer: MemoryLayer, since: str | None = None) -> ChangeSet:
         """Return what changed in a bank since ``since``; see `MemoryStore.changes`.
@@ -379,7 +395,8 @@ class PostgresMemoryStore:
             generation, last = bank if bank else ("none", 0)
             cursor = f"pg:{generation}:{last}"
             prefix, _, seq_text = (since or "").rpartition(":")
-            if prefix != f"pg:{generation}" or not seq_text.isdigit() or int(seq_text) > last:
+            known = seq_text.isascii() and seq_text.isdigit()
+            if prefix != f"pg:{generation}" or not known or int(seq_text) > last:
                 rows = conn.execute(
                     "SELECT record FROM autopersona_memories WHERE user_id = %s AND layer = %s"
                     " ORDER BY position",
@@ -399,7 +416,7 @@ class PostgresMemoryStore:
                 (user, layer, after),
             ).fetchall()
         live = {record.id for record in records}
-        gone = [memory_id for (memory_id,) in deleted if memory_id not in live]
+        gone = list(dict.fromkeys(memory_id for (memory_id,) in deleted if memory_id not in live))
         return ChangeSet(cursor=cursor, full=False, records=records, deleted=gone)
 
     @contextmanager
@@ -434,6 +451,8 @@ class PostgresMemoryStore:
             ).fetchall()
         memories: dict[MemoryLayer, builtins.list[MemoryRecord]] = {layer: [] for layer in LAYERS}
         for layer, raw in rows:
+            if layer not in memories:
+                raise MemoryStoreCorruptionError(f"{self!r}", 0, f"a record of layer {layer!r}")
             memories[layer].append(_record(raw, f"{self!r} {layer}"))
         return MemorySnapshot.of(user_id, memories)
 
@@ -464,14 +483,20 @@ class PostgresMemoryStore:
                 )
             conn.execute("DELETE FROM autopersona_memories WHERE user_id = %s", (user,))
             for layer in LAYERS:
+                records = snapshot.memories[layer]
+                generation = secrets.token_hex(8)
+                if not records:  # a new generation for a bank that exists; none created
+                    conn.execute(
+                        "UPDATE autopersona_banks SET generation = %s"
+                        " WHERE user_id = %s AND layer = %s",
+                        (generation, user, layer),
+                    )
+                    continue
                 conn.execute(
                     "INSERT INTO autopersona_banks (user_id, layer, generation) VALUES (%s, %s, %s)"
                     " ON CONFLICT (user_id, layer) DO UPDATE SET generation = EXCLUDED.generation",
-                    (user, layer, secrets.token_hex(8)),
+                    (user, layer, generation),
                 )
-                records = snapshot.memories[layer]
-                if not records:
-                    continue
                 last = self._next_seq(conn, user, layer, len(records))
                 first = last - len(records) + 1
                 with conn.cursor() as cursor:
@@ -486,10 +511,17 @@ class PostgresMemoryStore:
                     )
 
 
-def _close_all(connections: builtins.list[psycopg.Connection[Any]]) -> None:
-    for conn in connections:
+def _close_all(connections: dict[threading.Thread, psycopg.Connection[Any]]) -> None:
+    for conn in connections.values():
         conn.close()
     connections.clear()
+
+
+def _change(raw: bytes, where: str) -> MemoryChange:
+    try:
+        return MemoryChange.model_validate_json(raw)
+    except ValueError as exc:
+        raise MemoryStoreCorruptionError(where, 0, f"not a valid change: {exc}") from None
 
 
 def _records(rows: Iterable[tuple[bytes]], layer: str) -> builtins.list[MemoryRecord]:

@@ -3,39 +3,52 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from autopersona_flows.errors import SnapshotError
+from autopersona_flows.errors import MemoryStoreError, SnapshotError
 from autopersona_flows.memory.jsonl import JsonlMemoryStore
 from autopersona_flows.memory.protocol import MemoryStore
 from autopersona_flows.memory.snapshots import MemorySnapshot
 
 __all__ = ["is_postgres", "migrate", "open_store"]
 
-_POSTGRES = ("postgresql://", "postgres://")
+_POSTGRES = re.compile(r"^postgres(ql)?(\+\w+)?://", re.IGNORECASE)
+_KEYWORDS = re.compile(r"^\s*\w+\s*=")  # libpq's "host=... dbname=..." form
 
 
 def open_store(address: str | os.PathLike[str]) -> MemoryStore:
     """The store at ``address``.
 
     Args:
-        address: ``postgresql://user:password@host:port/db`` (or ``postgres://``) for a
-            `PostgresMemoryStore` (the ``postgres`` extra); ``jsonl:FOLDER`` or a plain
-            folder path for a `JsonlMemoryStore`.
+        address: ``postgresql://user:password@host:port/db`` (also ``postgres://`` or
+            ``postgresql+driver://``) for a `PostgresMemoryStore` (the ``postgres``
+            extra); ``jsonl:FOLDER`` or a folder path for a `JsonlMemoryStore`.
+
+    Raises:
+        MemoryStoreError: If ``address`` looks like another kind of URL or a libpq
+            keyword string: it would otherwise become a local folder of that name.
     """
     text = os.fspath(address)
-    if text.startswith(_POSTGRES):
+    if match := _POSTGRES.match(text):
         # Imported here: it needs the postgres extra, which a JSONL user may not have.
         from autopersona_flows.memory.postgres import PostgresMemoryStore  # noqa: PLC0415
 
-        return PostgresMemoryStore(text)
-    return JsonlMemoryStore(Path(text.removeprefix("jsonl:")).expanduser())
+        return PostgresMemoryStore("postgresql://" + text[match.end() :])
+    if text.startswith("jsonl:"):
+        return JsonlMemoryStore(Path(text.removeprefix("jsonl:")).expanduser())
+    if "://" in text or _KEYWORDS.match(text):
+        scheme = text.split("://", 1)[0] if "://" in text else "a keyword string"
+        raise MemoryStoreError(
+            f"unsupported store address ({scheme}): use postgresql://..., jsonl:FOLDER or a folder"
+        )
+    return JsonlMemoryStore(Path(text).expanduser())
 
 
 def is_postgres(address: str | os.PathLike[str]) -> bool:
     """Whether ``address`` names a PostgreSQL store."""
-    return os.fspath(address).startswith(_POSTGRES)
+    return bool(_POSTGRES.match(os.fspath(address)))
 
 
 def migrate(

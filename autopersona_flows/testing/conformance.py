@@ -317,7 +317,23 @@ class MemoryStoreConformance:
         changed = store.changes(USER, "persona", cursor)
         assert (changed.full, changed.records) == (True, [new])
 
+    def test_an_id_deleted_twice_since_a_cursor_is_listed_once(self, store: MemoryStore) -> None:
+        """``deleted`` names each id once, however often it came and went."""
+        store.add(USER, persona("already there"))
+        cursor = store.changes(USER, "persona").cursor
+        record = MemoryRecord.of(persona())
+        for _ in range(2):
+            store.add(USER, record)
+            store.delete(USER, "persona", record.id)
+        changed = store.changes(USER, "persona", cursor)
+        assert (changed.full, changed.records, changed.deleted) == (False, [], [record.id])
+
     # -- snapshots, fingerprints, restore --------------------------------------------------
+
+    def test_restoring_an_empty_snapshot_creates_no_user(self, store: MemoryStore) -> None:
+        """An empty restore writes nothing a later `users` call would list."""
+        store.restore(MemorySnapshot.of(OTHER, {}))
+        assert OTHER not in store.users()
 
     def test_snapshot_matches_the_banks(self, store: MemoryStore) -> None:
         """A snapshot holds every layer in id order and validates as a snapshot."""

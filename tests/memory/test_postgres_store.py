@@ -10,6 +10,8 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import threading
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +29,10 @@ from autopersona_flows.memory import (
     WorkspaceMemory,
     open_store,
 )
-from autopersona_flows.memory.postgres import PostgresMemoryStore
+
+psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
+
+from autopersona_flows.memory.postgres import PostgresMemoryStore  # noqa: E402
 
 USER = "ada"
 
@@ -195,7 +200,7 @@ def test_addresses_open_the_right_store_and_never_show_a_password(postgres_schem
 
 def test_an_unreachable_database_is_a_store_error_naming_it() -> None:
     store = PostgresMemoryStore("postgresql://nobody:secret@127.0.0.1:1/none?connect_timeout=2")
-    with pytest.raises(MemoryStoreError, match=r"cannot connect to PostgresMemoryStore"):
+    with pytest.raises(MemoryStoreError, match=r"cannot use PostgresMemoryStore"):
         store.list(USER, "persona")
 
 
@@ -207,3 +212,52 @@ def test_embeddings_are_stored_with_the_record(pg_store) -> None:
 
     assert stored.embedding is not None
     np.testing.assert_array_equal(stored.embedding.array(), record.embedding.array())
+
+
+def test_connections_of_ended_threads_are_closed(postgres_schema) -> None:
+    name = f"autopersona-test-{uuid.uuid4().hex[:8]}"
+    store = PostgresMemoryStore(f"{postgres_schema}&application_name={name}")
+
+    def work() -> None:
+        store.list(USER, "persona")
+
+    for _ in range(3):  # as Prefect starts new task threads for each run
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    store.list(USER, "persona")  # a new connection sweeps those of ended threads
+
+    with psycopg.connect(postgres_schema) as conn:
+        (open_now,) = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (name,)
+        ).fetchone()
+    assert open_now <= 5  # this thread's, and at most the last round's four
+    store.close()
+
+
+def test_a_failed_first_setup_is_retried_on_the_next_call(postgres_dsn) -> None:
+    schema = f"autopersona_late_{uuid.uuid4().hex[:8]}"
+    store = PostgresMemoryStore(f"{postgres_dsn}?options=-csearch_path%3D{schema}")
+    with pytest.raises(MemoryStoreError, match="cannot use PostgresMemoryStore"):
+        store.list(USER, "persona")  # the schema does not exist yet
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    try:
+        assert store.list(USER, "persona") == []  # same thread, set up now
+    finally:
+        store.close()
+        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+def test_bad_addresses_are_store_errors_that_never_quote_a_password() -> None:
+    with pytest.raises(MemoryStoreError) as caught:
+        PostgresMemoryStore("postgresql://ap:s3cr%zzet@db/memory")
+    assert "s3cr" not in str(caught.value)
+    assert isinstance(open_store("postgresql+psycopg://ap:s3cret@db/memory"), PostgresMemoryStore)
+    assert "s3cret" not in repr(open_store("POSTGRESQL://ap:s3cret@db/memory"))
+    for address in ("host=db password=s3cret dbname=memory", "s3://bucket/memory"):
+        with pytest.raises(MemoryStoreError, match="unsupported store address"):
+            open_store(address)
