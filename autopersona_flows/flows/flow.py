@@ -7,10 +7,13 @@ from typing import Any
 
 from prefect import flow
 from prefect.artifacts import create_table_artifact
+from prefect.context import FlowRunContext
 from prefect.futures import PrefectFuture, wait
+from prefect.task_runners import ThreadPoolTaskRunner
 
 from autopersona_flows.agent.agent import PersonaAgent
 from autopersona_flows.agent.decisions import NodeInfo
+from autopersona_flows.errors import FlowConfigurationError
 from autopersona_flows.flows.context import current_runtime, persona_runtime
 from autopersona_flows.flows.graph import GraphSpec, TaskGraph, resolve_tool
 from autopersona_flows.flows.tasks import NodeSteps, StepCounter, episode_of
@@ -74,6 +77,14 @@ def _run_graph(
     # neither may call the other as a subflow.
     started = time.perf_counter()
     check_user_id(user_id)
+    context = FlowRunContext.get()
+    runner = context.task_runner if context is not None else None
+    if runner is not None and not isinstance(runner, ThreadPoolTaskRunner):
+        # Persona tasks call back into this process for the agent and the tools.
+        raise FlowConfigurationError(
+            f"persona graphs need a thread-based task runner (the default "
+            f"ThreadPoolTaskRunner), not {type(runner).__name__}"
+        )
     tools_by_node = {node_id: resolve_tool(node.tool) for node_id, node in graph.nodes.items()}
     runtime = current_runtime()
     counter = StepCounter()
