@@ -13,9 +13,10 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from autopersona_flows.agent.agent import PersonaAgent
 from autopersona_flows.agent.decisions import NodeInfo
-from autopersona_flows.errors import FlowConfigurationError
+from autopersona_flows.errors import FlowConfigurationError, GraphError
 from autopersona_flows.flows.context import current_runtime, persona_runtime
 from autopersona_flows.flows.graph import GraphSpec, TaskGraph, resolve_tool
+from autopersona_flows.flows.settings import load_settings
 from autopersona_flows.flows.tasks import NodeSteps, StepCounter, episode_of
 from autopersona_flows.memory.users import check_user_id
 
@@ -56,7 +57,7 @@ def graph_runner(
     Its parameters are a typed form in the Prefect UI, so a person can start a run
     there; its tools are import paths resolved where the run executes. With no
     `persona_runtime` block (a deployment run), the agent and options come from
-    `AutopersonaSettings`.
+    `AutopersonaSettings`, whose ``tool_modules`` limits where tools may come from.
 
     Args:
         graph: The nodes, with tool import paths, dependencies and requirements.
@@ -66,7 +67,18 @@ def graph_runner(
 
     Returns:
         As `persona_graph`.
+
+    Raises:
+        GraphError: If the graph is malformed or names a tool outside ``tool_modules``
+            (nothing is imported or run then).
     """
+    settings = load_settings()
+    for node in graph.nodes:
+        if not settings.allows_tool(node.tool):
+            raise GraphError(
+                f"node {node.id!r} names tool {node.tool!r}, outside the allowed modules "
+                f"{settings.tool_modules!r} (PREFECT_INTEGRATIONS_AUTOPERSONA_TOOL_MODULES)"
+            )
     return _run_graph(graph.to_graph(), user_id, query, episode_id)
 
 

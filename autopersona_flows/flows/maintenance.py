@@ -11,7 +11,7 @@ from prefect.artifacts import create_table_artifact
 from pydantic import Field
 
 from autopersona_flows.flows.context import current_runtime
-from autopersona_flows.flows.settings import AutopersonaSettings
+from autopersona_flows.flows.settings import load_settings
 from autopersona_flows.memory.maintenance import MaintenanceReport, maintain_user
 from autopersona_flows.memory.snapshots import write_snapshot
 from autopersona_flows.memory.users import check_user_id, user_key
@@ -82,7 +82,7 @@ def memory_maintenance(
     store = current_runtime().agent.retriever.store
     users = [check_user_id(user_id)] if user_id is not None else store.users()
     snapshots = (
-        Path(snapshot_dir).expanduser() if snapshot_dir else AutopersonaSettings().snapshots_path()
+        Path(snapshot_dir).expanduser() if snapshot_dir else load_settings().snapshots_path()
     )
     reports = [
         _maintain.with_options(task_run_name=f"maintain-{user_key(user)}")(

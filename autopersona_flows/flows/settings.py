@@ -28,7 +28,7 @@ from autopersona_flows.memory.protocol import MemoryStore
 from autopersona_flows.memory.retrieval import MemoryRetriever
 from autopersona_flows.memory.stores import is_postgres, open_store
 
-__all__ = ["AutopersonaSettings", "runtime_from_settings", "store_from_settings"]
+__all__ = ["AutopersonaSettings", "load_settings", "runtime_from_settings", "store_from_settings"]
 
 
 class AutopersonaSettings(PrefectBaseSettings):
@@ -56,6 +56,10 @@ class AutopersonaSettings(PrefectBaseSettings):
             result storage if unset. A resumed run must see its first run's results.
         snapshots: Folder the maintenance flow exports snapshots to;
             ``$PREFECT_HOME/autopersona/snapshots`` if unset.
+        tool_modules: Comma-separated packages or modules whose functions a graph
+            given as data (`graph_runner`, e.g. from the UI's run form) may name as
+            tools, such as ``examples,my_company.tools``; any if unset. Whoever may
+            start the deployment can otherwise make the worker import any module.
     """
 
     model_config = build_settings_config(("integrations", "autopersona"))
@@ -72,6 +76,15 @@ class AutopersonaSettings(PrefectBaseSettings):
     poll_interval: float = Field(default=1.0, gt=0)
     results: Path | None = None
     snapshots: Path | None = None
+    tool_modules: str | None = None
+
+    def allows_tool(self, tool: str) -> bool:
+        """Whether ``tool`` (``"package.module:function"``) lies in `tool_modules`."""
+        if self.tool_modules is None:
+            return True
+        module = tool.partition(":")[0]
+        allowed = [name.strip() for name in self.tool_modules.split(",") if name.strip()]
+        return any(module == name or module.startswith(f"{name}.") for name in allowed)
 
     def store_address(self) -> str:
         """The store's address (see `open_store`), defaulting under ``PREFECT_HOME``."""
@@ -91,9 +104,23 @@ def _or_home(path: Path | None, name: str) -> Path:
     return get_current_settings().home / "autopersona" / name
 
 
+def load_settings() -> AutopersonaSettings:
+    """The settings as the environment and config files give them.
+
+    Raises:
+        FlowConfigurationError: If a value is invalid, naming the setting.
+    """
+    try:
+        return AutopersonaSettings()
+    except ValidationError as exc:
+        raise FlowConfigurationError(
+            f"invalid PREFECT_INTEGRATIONS_AUTOPERSONA_* setting:\n{exc}"
+        ) from None
+
+
 def store_from_settings(settings: AutopersonaSettings | None = None) -> MemoryStore:
     """The memory store the settings name."""
-    settings = settings or AutopersonaSettings()
+    settings = settings or load_settings()
     return open_store(settings.store_address())
 
 
@@ -145,13 +172,7 @@ def runtime_from_settings(settings: AutopersonaSettings | None = None) -> Person
             that cannot be built.
         EmbedderError: If the embedder setting names no embedder.
     """
-    if settings is None:
-        try:
-            settings = AutopersonaSettings()
-        except ValidationError as exc:
-            raise FlowConfigurationError(
-                f"invalid PREFECT_INTEGRATIONS_AUTOPERSONA_* setting:\n{exc}"
-            ) from None
+    settings = settings or load_settings()
     key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
     policy = (settings.policy, settings.llm_base_url, settings.llm_model, key, settings.llm_timeout)
     return PersonaRuntime(

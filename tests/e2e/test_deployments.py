@@ -31,6 +31,10 @@ def test_the_deployments_are_registered_with_the_nightly_schedule(stack) -> None
     (schedule,) = nightly.schedules
     assert (schedule.schedule.cron, schedule.active) == ("0 3 * * *", True)
     assert runner.parameters["user_id"] == "ada"
+    # Its run form may name tools from the example module only.
+    assert runner.job_variables["env"] == {
+        "PREFECT_INTEGRATIONS_AUTOPERSONA_TOOL_MODULES": "examples"
+    }
     # The run form is typed: the graph is a GraphSpec, not a free JSON field.
     assert "GraphSpec" in orjson.dumps(runner.parameter_openapi_schema).decode()
 

@@ -22,11 +22,13 @@ from autopersona_flows.agent import (
     PersonaRequest,
     Requirement,
 )
-from autopersona_flows.errors import EmbedderError, FlowConfigurationError
+from autopersona_flows.errors import EmbedderError, FlowConfigurationError, GraphError
 from autopersona_flows.flows import (
     AutopersonaSettings,
+    GraphSpec,
     TaskGraph,
     TaskNode,
+    graph_runner,
     persona_graph,
     persona_runtime,
     runtime_from_settings,
@@ -68,6 +70,7 @@ def test_every_setting_is_read_from_its_environment_variable(
         poll_interval=0.25,
         results=tmp_path / "results",
         snapshots=tmp_path / "snapshots",
+        tool_modules="examples,my_company.tools",
     )
 
     settings = AutopersonaSettings()
@@ -86,6 +89,7 @@ def test_every_setting_is_read_from_its_environment_variable(
         "poll_interval": 0.25,
         "results": tmp_path / "results",
         "snapshots": tmp_path / "snapshots",
+        "tool_modules": "examples,my_company.tools",
     }
     assert settings.store_address() == str(tmp_path / "memory")
     assert settings.snapshots_path() == tmp_path / "snapshots"
@@ -388,3 +392,47 @@ def test_a_graph_without_a_block_uses_the_store_named_by_the_environment(
         p.name.startswith("autopersona-run-draft-") for p in (tmp_path / "results").iterdir()
     )
     assert kit.store.users() == []
+
+
+# --------------------------------------------------------------------------- tool modules
+
+
+@pytest.mark.parametrize(
+    ("allowed", "tool", "ok"),
+    [
+        (None, "os:system", True),  # unset: any module
+        ("examples", "examples.reading_group:draft", True),
+        ("examples", "examples:draft", True),
+        ("examples", "examplesx.tools:draft", False),  # a prefix of a name is not the name
+        ("examples", "os:system", False),
+        (" examples , my_company.tools ", "my_company.tools.mail:send", True),
+        ("my_company.tools", "my_company:send", False),
+    ],
+)
+def test_tool_modules_limit_where_tools_may_come_from(
+    monkeypatch: pytest.MonkeyPatch, allowed: str | None, tool: str, ok: bool
+) -> None:
+    if allowed is not None:
+        setenv(monkeypatch, tool_modules=allowed)
+    assert AutopersonaSettings().allows_tool(tool) is ok
+
+
+def test_a_graph_from_the_run_form_cannot_name_a_tool_outside_the_allowed_modules(
+    prefect_harness, monkeypatch: pytest.MonkeyPatch, kit
+) -> None:
+    setenv(monkeypatch, tool_modules="examples")
+    graph = GraphSpec.model_validate(
+        {
+            "nodes": [
+                {"id": "fine", "tool": "examples.reading_group:gather_sources"},
+                {"id": "shell", "tool": "subprocess:getoutput", "depends_on": ["fine"]},
+            ]
+        }
+    )
+
+    with (
+        persona_runtime(kit.agent),
+        pytest.raises(GraphError, match=r"'shell' names tool 'subprocess:getoutput'"),
+    ):
+        graph_runner(graph=graph, user_id=USER, query="anything")
+    assert kit.calls == {}
