@@ -50,7 +50,12 @@ def _maintain(
         report.compacted,
         snapshot.fingerprint,
     )
-    return {**report.model_dump(mode="json"), "snapshot": str(path)}
+    # The file's fingerprint: a write between the two reads would make the report's stale.
+    return {
+        **report.model_dump(mode="json"),
+        "fingerprint": snapshot.fingerprint,
+        "snapshot": str(path),
+    }
 
 
 @flow(name="memory-maintenance")

@@ -89,18 +89,16 @@ class AutopersonaSettings(PrefectBaseSettings):
     def store_address(self) -> str:
         """The store's address (see `open_store`), defaulting under ``PREFECT_HOME``."""
         if self.store is None:
-            return str(_or_home(None, "memory"))
+            return str(_home("memory"))
         address = self.store.get_secret_value()
         return address if is_postgres(address) else str(Path(address).expanduser())
 
     def snapshots_path(self) -> Path:
         """The snapshots folder, defaulting under ``PREFECT_HOME``."""
-        return _or_home(self.snapshots, "snapshots")
+        return self.snapshots.expanduser() if self.snapshots else _home("snapshots")
 
 
-def _or_home(path: Path | None, name: str) -> Path:
-    if path is not None:
-        return path.expanduser()
+def _home(name: str) -> Path:
     return get_current_settings().home / "autopersona" / name
 
 

@@ -217,18 +217,12 @@ class JsonlMemoryStore:
         content = as_content(content, layer)
         with self._write(user_id, layer) as bank:
             before = bank.require(memory_id)
-            at = max(now(), before.created_at)
-            after = MemoryRecord(
-                id=before.id,
-                layer=layer,
-                content=content,
-                created_at=before.created_at,
-                updated_at=at,
-                embedding=embedding,
-            )
+            after = before.revised(content, embedding=embedding)
             # History first: a crash between the two writes may leave a history entry
             # for an update that never landed, but never loses the superseded version.
-            bank.append_history(MemoryChange(operation="update", at=at, before=before, after=after))
+            bank.append_history(
+                MemoryChange(operation="update", at=after.updated_at, before=before, after=after)
+            )
             bank.append(record_line(after), 1, create_store=self.root)
             bank.put(after)
         return after

@@ -246,27 +246,49 @@ class PostgresMemoryStore:
             repeated = next(i for i in ids if ids.count(i) > 1)
             raise DuplicateMemoryError(f"memory id {repeated!r} appears twice in the batch")
         with self._write(user, layer) as conn:
-            last = self._next_seq(conn, user, layer, len(records))
-            first = last - len(records) + 1
-            # The primary key finds duplicates (a SELECT first would scan a young bank
-            # whose statistics the planner does not have yet).
-            with conn.cursor() as cursor:
-                cursor.executemany(
-                    "INSERT INTO autopersona_memories (user_id, layer, id, position, seq, record)"
-                    " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING id",
-                    [
-                        (user, layer, r.id, first + i, first + i, r.model_dump_json().encode())
-                        for i, r in enumerate(records)
-                    ],
-                    returning=True,
-                )
-                stored = {row[0] for _ in cursor.results() for row in cursor.fetchall()}
+            stored = self._insert(conn, user, layer, records)
             taken = next((i for i in ids if i not in stored), None)
             if taken is not None:  # raising rolls the whole batch back
                 raise DuplicateMemoryError(
                     f"{layer} memory id {taken!r} is already stored for user {user_id!r}"
                 )
         return records
+
+    def _insert(
+        self,
+        conn: psycopg.Connection[Any],
+        user: bytes,
+        layer: str,
+        records: builtins.list[MemoryRecord],
+    ) -> set[str]:
+        """Insert new records at the end of the bank; return the ids that were not taken.
+
+        The primary key finds duplicates: a SELECT first would scan a young bank whose
+        statistics the planner does not have yet.
+        """
+        last = self._next_seq(conn, user, layer, len(records))
+        first = last - len(records) + 1
+        with conn.cursor() as cursor:
+            cursor.executemany(
+                "INSERT INTO autopersona_memories (user_id, layer, id, position, seq, record)"
+                " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING id",
+                [
+                    (user, layer, r.id, first + i, first + i, r.model_dump_json().encode())
+                    for i, r in enumerate(records)
+                ],
+                returning=True,
+            )
+            return {row[0] for _ in cursor.results() for row in cursor.fetchall()}
+
+    def _all(
+        self, conn: psycopg.Connection[Any], user: bytes, layer: str
+    ) -> builtins.list[MemoryRecord]:
+        rows = conn.execute(
+            "SELECT record FROM autopersona_memories WHERE user_id = %s AND layer = %s"
+            " ORDER BY position",
+            (user, layer),
+        )
+        return [_record(raw, f"{self!r} {layer}") for (raw,) in rows]
 
     def _require(
         self, conn: psycopg.Connection[Any], user: bytes, layer: str, memory_id: str
@@ -287,12 +309,7 @@ class PostgresMemoryStore:
     def list(self, user_id: str, layer: MemoryLayer) -> builtins.list[MemoryRecord]:
         """Return a layer's records, oldest first; see `MemoryStore.list`."""
         user, layer = self._key(user_id, layer)
-        rows = self._conn().execute(
-            "SELECT record FROM autopersona_memories WHERE user_id = %s AND layer = %s"
-            " ORDER BY position",
-            (user, layer),
-        )
-        return [_record(raw, f"{self!r} {layer}") for (raw,) in rows]
+        return self._all(self._conn(), user, layer)
 
     def update(
         self,
@@ -308,23 +325,12 @@ class PostgresMemoryStore:
         content = as_content(content, layer)
         with self._write(user, layer) as conn:
             before = self._require(conn, user, layer, memory_id)
-            at = max(datetime.now(UTC), before.created_at)
-            after = MemoryRecord(
-                id=before.id,
-                layer=layer,
-                content=content,
-                created_at=before.created_at,
-                updated_at=at,
-                embedding=embedding,
-            )
+            after = before.revised(content, embedding=embedding)
             seq = self._next_seq(conn, user, layer)
-            self._remember(
-                conn,
-                user,
-                layer,
-                seq,
-                MemoryChange(operation="update", at=at, before=before, after=after),
+            change = MemoryChange(
+                operation="update", at=after.updated_at, before=before, after=after
             )
+            self._remember(conn, user, layer, seq, change)
             conn.execute(
                 "UPDATE autopersona_memories SET record = %s, seq = %s"
                 " WHERE user_id = %s AND layer = %s AND id = %s",
@@ -397,19 +403,14 @@ class PostgresMemoryStore:
             prefix, _, seq_text = (since or "").rpartition(":")
             known = seq_text.isascii() and seq_text.isdigit()
             if prefix != f"pg:{generation}" or not known or int(seq_text) > last:
-                rows = conn.execute(
-                    "SELECT record FROM autopersona_memories WHERE user_id = %s AND layer = %s"
-                    " ORDER BY position",
-                    (user, layer),
-                )
-                return ChangeSet(cursor=cursor, full=True, records=_records(rows, layer))
+                return ChangeSet(cursor=cursor, full=True, records=self._all(conn, user, layer))
             after = int(seq_text)
             rows = conn.execute(
                 "SELECT record FROM autopersona_memories"
                 " WHERE user_id = %s AND layer = %s AND seq > %s ORDER BY seq",
                 (user, layer, after),
             )
-            records = _records(rows, layer)
+            records = [_record(raw, f"{self!r} {layer}") for (raw,) in rows]
             deleted = conn.execute(
                 "SELECT id FROM autopersona_history WHERE user_id = %s AND layer = %s"
                 " AND seq > %s AND operation = 'delete' ORDER BY seq",
@@ -497,18 +498,7 @@ class PostgresMemoryStore:
                     " ON CONFLICT (user_id, layer) DO UPDATE SET generation = EXCLUDED.generation",
                     (user, layer, generation),
                 )
-                last = self._next_seq(conn, user, layer, len(records))
-                first = last - len(records) + 1
-                with conn.cursor() as cursor:
-                    cursor.executemany(
-                        "INSERT INTO autopersona_memories"
-                        " (user_id, layer, id, position, seq, record)"
-                        " VALUES (%s, %s, %s, %s, %s, %s)",
-                        [
-                            (user, layer, r.id, first + i, first + i, r.model_dump_json().encode())
-                            for i, r in enumerate(records)
-                        ],
-                    )
+                self._insert(conn, user, layer, records)  # the bank is empty: none taken
 
 
 def _close_all(connections: dict[threading.Thread, psycopg.Connection[Any]]) -> None:
@@ -522,7 +512,3 @@ def _change(raw: bytes, where: str) -> MemoryChange:
         return MemoryChange.model_validate_json(raw)
     except ValueError as exc:
         raise MemoryStoreCorruptionError(where, 0, f"not a valid change: {exc}") from None
-
-
-def _records(rows: Iterable[tuple[bytes]], layer: str) -> builtins.list[MemoryRecord]:
-    return [_record(raw, f"autopersona_memories {layer}") for (raw,) in rows]

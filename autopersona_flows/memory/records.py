@@ -302,6 +302,23 @@ class MemoryRecord(_Strict):
         """Wrap layer content in a new record of its layer; ``fields`` set the rest."""
         return cls(layer=content.layer, content=content, **fields)
 
+    def revised(self, content: LayerContent, *, embedding: Embedding | None = None) -> Self:
+        """This record with new content: same id and creation time, updated now.
+
+        Args:
+            content: The new content, of this record's layer.
+            embedding: The embedding of the new content; the old one described the old
+                content, so it is dropped if none is given.
+        """
+        return type(self)(
+            id=self.id,
+            layer=self.layer,
+            content=content,
+            created_at=self.created_at,
+            updated_at=max(_now(), self.created_at),  # a clock behind creation stays valid
+            embedding=embedding,
+        )
+
     @field_validator("content", mode="before")
     @classmethod
     def _content_of_layer(cls, value: Any, info: ValidationInfo) -> Any:
