@@ -22,6 +22,8 @@ from autopersona_flows.agent.evaluation import (
     read_clarification_cases,
     seed_memories,
 )
+from autopersona_flows.agent.evidence import EvidencePolicy
+from autopersona_flows.agent.judges import Judge, LexicalJudge, Verdict
 from autopersona_flows.agent.metrics import RuntimeMetrics
 from autopersona_flows.agent.openai import OpenAICompatiblePolicy
 from autopersona_flows.agent.planners import (
@@ -30,7 +32,7 @@ from autopersona_flows.agent.planners import (
     SearchPlanner,
     requirement_label,
 )
-from autopersona_flows.agent.policies import EvidencePolicy, FunctionPolicy, Policy
+from autopersona_flows.agent.policies import FunctionPolicy, Policy
 
 __all__ = [
     "CaseResult",
@@ -43,6 +45,8 @@ __all__ = [
     "FinalDecision",
     "FunctionPlanner",
     "FunctionPolicy",
+    "Judge",
+    "LexicalJudge",
     "NodeInfo",
     "OpenAICompatiblePolicy",
     "PersonaAgent",
@@ -52,6 +56,7 @@ __all__ = [
     "Requirement",
     "RuntimeMetrics",
     "SearchPlanner",
+    "Verdict",
     "evaluate_clarification_policy",
     "parse_decision",
     "read_clarification_cases",

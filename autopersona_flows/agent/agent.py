@@ -11,14 +11,16 @@ from autopersona_flows.agent.decisions import (
     PersonaRequest,
     parse_decision,
 )
+from autopersona_flows.agent.evidence import EvidencePolicy
 from autopersona_flows.agent.metrics import RuntimeMetrics
-from autopersona_flows.agent.planners import DefaultPlanner, SearchPlanner
-from autopersona_flows.agent.policies import EvidencePolicy, Policy
+from autopersona_flows.agent.planners import LEARNED, DefaultPlanner, SearchPlanner
+from autopersona_flows.agent.policies import Policy
 from autopersona_flows.errors import PolicyError
-from autopersona_flows.memory.records import LAYERS, PersonaMemory
+from autopersona_flows.memory.records import PersonaMemory
 from autopersona_flows.memory.retrieval import (
     MemoryBundle,
     MemoryRetriever,
+    ScoredMemory,
     SearchRequest,
     check_min_similarity,
     check_top_k,
@@ -49,7 +51,7 @@ class PersonaAgent:
         *,
         planner: SearchPlanner | None = None,
         updater: MemoryUpdater | None = None,
-        top_k: int = 3,
+        top_k: int = 5,
         min_similarity: float = 0.0,
         metrics: RuntimeMetrics | None = None,
     ) -> None:
@@ -84,9 +86,7 @@ class PersonaAgent:
             else request.retrieval_min_similarity
         )
         started = time.perf_counter()
-        memories = self._retrieve(
-            request.user_id, self.planner.plan(request), top_k, min_similarity
-        )
+        memories = self._retrieve(request, top_k, min_similarity)
         retrieved = time.perf_counter()
         try:
             decision = parse_decision(self.policy.decide(request, memories))
@@ -96,6 +96,8 @@ class PersonaAgent:
         if not decision.memories:
             # Policies need not echo the evidence back; the decision carries it.
             decision = decision.model_copy(update={"memories": memories})
+        if isinstance(decision, ClarifyDecision) and decision.request is None:
+            decision = decision.model_copy(update={"request": request})
         if self.metrics is not None:
             self.metrics.time("retrieval", retrieved - started)
             self.metrics.time("policy", time.perf_counter() - retrieved)
@@ -104,56 +106,90 @@ class PersonaAgent:
         return decision
 
     def learn(self, user_id: str, decision: ClarifyDecision, answer: str) -> UpdateDecision:
-        """Remember the person's answer to a clarification, so it is not asked again.
+        """Remember the person's answer to a clarification, so it is never asked again.
 
         The answer becomes a persona memory whose topic is the requirement asked
-        about (or the question itself); it goes through the updater, so a newer
-        answer replaces an older one.
+        about (or the question itself), with the requirement's other names as
+        aliases (its description and declared question), its options, and where it
+        was asked (node id, instruction, request): a later requirement naming the
+        same need in other words, or offering the same choices, finds it. It goes
+        through the updater, so a newer answer replaces an older one.
 
         Raises:
-            PolicyError: If ``decision`` is not a clarification.
+            PolicyError: If ``decision`` is not a clarification, or was made for
+                another user.
             ValueError: If ``answer`` is empty.
         """
         if not isinstance(decision, ClarifyDecision):
             raise PolicyError(f"only a clarification can be answered, got {decision!r}")
         if not isinstance(answer, str) or not answer.strip():
             raise ValueError(f"an answer must be non-empty text, got {answer!r}")
+        request = decision.request
+        if request is not None and request.user_id != user_id:
+            raise PolicyError(
+                f"this question was asked for user {request.user_id!r}, not {user_id!r}"
+            )
+        asked = next(
+            (
+                r
+                for r in (request.requirements if request else [])
+                if r.name == decision.requirement
+            ),
+            None,
+        )
+        names = [asked.description, asked.question or ""] if asked else []
+        node = request.node if request else None
+        contexts = [node.id, node.instruction] if node else []
         memory = PersonaMemory(
             topic=decision.requirement or decision.question,
             preference=answer.strip(),
+            aliases=_distinct(names, exclude=decision.requirement),
+            options=list(asked.options) if asked else list(decision.options),
+            contexts=_distinct([*contexts, request.query if request else ""]),
         )
         result = self.updater.update(user_id, "persona", memory)
         self._count("learned_answers")
         return result
 
     def _retrieve(
-        self, user_id: str, searches: list[SearchRequest], top_k: int, min_similarity: float
+        self, request: PersonaRequest, top_k: int, min_similarity: float
     ) -> MemoryBundle:
-        """Retrieve each label's searches on their own, then merge.
+        """Retrieve what the planner asks for, plus every answer learned at this node or request.
 
-        A retrieval hands each memory to the first search that finds it. Within one
-        purpose that removes repeats; across purposes it would let one requirement's
-        weak match take another requirement's evidence, so purposes do not share.
+        Each label's searches are distinct on their own: a retrieval hands each
+        memory to the first search that finds it, and across purposes that would let
+        one requirement's weak match take another requirement's evidence. Answers
+        learned here are looked up exactly, whatever words a requirement now uses, so
+        that a question answered at a step is never asked there again.
         """
-        groups: dict[str | None, list[SearchRequest]] = {}
-        for search in searches:
-            groups.setdefault(search.label, []).append(search)
-        if len(groups) <= 1:
-            return self.retriever.retrieve(user_id, searches, top_k, min_similarity)
-        bundles = [
-            self.retriever.retrieve(user_id, group, top_k, min_similarity)
-            for group in groups.values()
-        ]
-        return MemoryBundle(
-            **{
-                layer: sorted(
-                    (memory for bundle in bundles for memory in bundle.layer(layer)),
-                    key=lambda memory: -memory.score,
-                )
-                for layer in LAYERS
-            }
+        user_id = request.user_id
+        bundle = self.retriever.retrieve(
+            user_id, self.planner.plan(request), top_k, min_similarity, distinct_per_label=True
         )
+        if not request.requirements:
+            return bundle
+        node = request.node
+        contexts = [request.query, *((node.id, node.instruction) if node else ())]
+        learned = [
+            ScoredMemory(
+                record=record,
+                score=1.0,
+                search=SearchRequest(layer="persona", query=record.content.topic, label=LEARNED),
+            )
+            for record in self.retriever.learned_at(user_id, contexts)
+            if isinstance(record.content, PersonaMemory)
+        ]
+        if not learned:
+            return bundle
+        return bundle.model_copy(update={"persona": [*learned, *bundle.persona]})
 
     def _count(self, name: str) -> None:
         if self.metrics is not None:
             self.metrics.count(name)
+
+
+def _distinct(texts: list[str], exclude: str | None = None) -> list[str]:
+    """Non-blank texts, each once, stripped; ``exclude`` left out."""
+    kept = dict.fromkeys(text.strip() for text in texts if text.strip())
+    kept.pop((exclude or "").strip(), None)
+    return list(kept)

@@ -17,7 +17,7 @@ from pydantic import (
 )
 
 from autopersona_flows.errors import PolicyError
-from autopersona_flows.memory.records import JsonValue, MemoryLayer, non_blank
+from autopersona_flows.memory.records import LAYERS, JsonValue, MemoryLayer, non_blank
 from autopersona_flows.memory.retrieval import MemoryBundle
 from autopersona_flows.memory.users import check_user_id
 
@@ -52,7 +52,8 @@ class Requirement(_Model):
         description: More words to search memory with.
         question: The question to ask when it is missing (one is composed if not).
         options: The allowed answers, if the answer is a choice.
-        layers: Where evidence for it may come from.
+        layers: Where evidence for it may come from: by default every layer, so that
+            choices repeated in past tasks count too.
         required: Whether the node must not run without it.
     """
 
@@ -62,7 +63,7 @@ class Requirement(_Model):
     options: list[NonBlank] = Field(default_factory=list)
     # Not strict: the positional __init__ below makes pydantic validate JSON input in
     # Python mode, where a strict tuple would refuse the JSON array.
-    layers: Annotated[tuple[MemoryLayer, ...], Field(strict=False)] = ("persona", "workspace")
+    layers: Annotated[tuple[MemoryLayer, ...], Field(strict=False)] = LAYERS
     required: bool = True
 
     def __init__(self, name: str | None = None, /, **data: Any) -> None:
@@ -138,14 +139,20 @@ class PersonaRequest(_Model):
 
 
 class Constraint(_Model):
-    """One thing the node must respect, traced to the memory it came from.
+    """One thing the node must respect, traced to the memories it came from.
 
     Attributes:
         text: The constraint, ready to show a tool or a person.
         requirement: The requirement it satisfies, if any.
-        memory_id: The memory it came from.
+        memory_id: The memory it came from (the newest, when several agree).
         layer: That memory's layer.
-        score: How strongly retrieval matched it (see `Scoring`).
+        score: How clearly it answers the requirement (the judge's strength), or for
+            other guidance how relevant it is, in [0, 1].
+        value: The value it gives the requirement: a declared option, or the
+            memory's own words.
+        evidence: Every memory it rests on, ``memory_id`` first (e.g. the past tasks
+            that made the same choice).
+        reason: Why it answers the requirement, or why it applies to the node.
     """
 
     text: NonBlank
@@ -153,6 +160,9 @@ class Constraint(_Model):
     memory_id: str
     layer: MemoryLayer
     score: Annotated[float, Field(ge=0.0, le=1.0)]
+    value: str | None = None
+    evidence: list[str] = Field(default_factory=list)
+    reason: str = ""
 
 
 class FinalDecision(_Model):
@@ -180,6 +190,8 @@ class ClarifyDecision(_Model):
         requirement: The requirement it asks about, if any.
         options: Suggested answers (declared ones, or the user's earlier choices).
         memories: Everything retrieval found for the request.
+        request: The request it answers (set by `PersonaAgent`): `PersonaAgent.learn`
+            remembers the answer under everything the requirement was called there.
     """
 
     action: Literal["clarify"] = "clarify"
@@ -187,6 +199,7 @@ class ClarifyDecision(_Model):
     requirement: str | None = None
     options: list[str] = Field(default_factory=list)
     memories: MemoryBundle = Field(default_factory=MemoryBundle)
+    request: PersonaRequest | None = None
 
 
 PersonaDecision = Annotated[FinalDecision | ClarifyDecision, Discriminator("action")]

@@ -9,7 +9,11 @@ from autopersona_flows.agent.decisions import PersonaRequest, Requirement
 from autopersona_flows.memory.records import LAYERS
 from autopersona_flows.memory.retrieval import SearchRequest
 
-__all__ = ["DefaultPlanner", "FunctionPlanner", "SearchPlanner", "requirement_label"]
+__all__ = ["LEARNED", "DefaultPlanner", "FunctionPlanner", "SearchPlanner", "requirement_label"]
+
+LEARNED = "learned"
+"""The label of answers learned at the request's node or for its request: candidates
+for every requirement (see `PersonaAgent`)."""
 
 
 def requirement_label(requirement: Requirement) -> str:
@@ -31,26 +35,39 @@ class SearchPlanner(Protocol):
 
 
 class DefaultPlanner:
-    """Each requirement in its layers, then the node instruction and the query in every layer.
+    """Recall for each requirement in its layers, then for the node and the query everywhere.
 
-    Requirement searches come first: a memory is returned once per retrieval, to
-    the first search that finds it, and a requirement's evidence must be credited
-    to that requirement.
+    A requirement is searched by its name alone (a memory stored under that name
+    ranks first), with its description, by its options (a vague topic such as
+    "travel" whose value names "aisle" is found through them) and by its declared
+    question. Requirement searches come first: a memory is returned once per
+    retrieval, to the first search that finds it, and a requirement's evidence must
+    be credited to that requirement.
+
+    Args:
+        recall: Memories each requirement search recalls: a judge decides among
+            them, and a bank full of memories sharing its words needs depth.
     """
 
+    def __init__(self, recall: int = 20) -> None:
+        if isinstance(recall, bool) or not isinstance(recall, int) or recall < 1:
+            raise ValueError(f"recall must be a positive int, got {recall!r}")
+        self.recall = recall
+
     def __repr__(self) -> str:
-        return "DefaultPlanner()"
+        return f"DefaultPlanner(recall={self.recall})"
 
     def plan(self, request: PersonaRequest) -> list[SearchRequest]:
         """Plan the searches for ``request``."""
         searches = [
-            SearchRequest(layer=layer, query=query, label=requirement_label(requirement))
-            for requirement in request.requirements
-            # The name alone finds a learned answer (remembered under the name) even
-            # when a long description would dilute the match.
-            for query in dict.fromkeys(
-                [requirement.name, f"{requirement.name} {requirement.description}".strip()]
+            SearchRequest(
+                layer=layer,
+                query=query,
+                label=requirement_label(requirement),
+                top_k=self.recall,
             )
+            for requirement in request.requirements
+            for query in _requirement_queries(requirement)
             for layer in requirement.layers
         ]
         texts = [(request.node.instruction, "node")] if request.node else []
@@ -62,6 +79,15 @@ class DefaultPlanner:
             for layer in LAYERS
         ]
         return searches
+
+
+def _requirement_queries(requirement: Requirement) -> list[str]:
+    queries = [requirement.name, f"{requirement.name} {requirement.description}".strip()]
+    if requirement.options:
+        queries.append(f"{requirement.name} {' '.join(requirement.options)}")
+    if requirement.question:
+        queries.append(requirement.question)
+    return list(dict.fromkeys(queries))
 
 
 class FunctionPlanner:

@@ -19,8 +19,9 @@ from prefect.settings.base import PrefectBaseSettings, build_settings_config
 from pydantic import Field, SecretStr, ValidationError
 
 from autopersona_flows.agent.agent import PersonaAgent
+from autopersona_flows.agent.evidence import EvidencePolicy
 from autopersona_flows.agent.openai import OpenAICompatiblePolicy
-from autopersona_flows.agent.policies import EvidencePolicy, Policy
+from autopersona_flows.agent.policies import Policy
 from autopersona_flows.errors import FlowConfigurationError
 from autopersona_flows.flows.context import PauseMode, PersonaRuntime
 from autopersona_flows.memory.embedders import get_embedder

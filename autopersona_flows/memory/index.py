@@ -19,7 +19,7 @@ from autopersona_flows.errors import EmbeddingMismatchError
 from autopersona_flows.memory.embedders import Embedder, check_vectors
 from autopersona_flows.memory.protocol import ChangeSet
 from autopersona_flows.memory.records import LayerContent, MemoryRecord
-from autopersona_flows.memory.text import memory_text, terms
+from autopersona_flows.memory.text import memory_text, normalise, terms
 
 __all__ = ["BankIndex", "Scoring"]
 
@@ -53,6 +53,10 @@ class Scoring:
             raise ValueError("dense_weight and b must lie in [0, 1] and k1 must be >= 0")
 
 
+def _contexts(content: LayerContent) -> set[str]:
+    return {normalise(context) for context in getattr(content, "contexts", ())}
+
+
 def content_digest(content: LayerContent) -> str:
     """Identify content exactly: equal content, equal digest."""
     return _json.digest(content.model_dump(mode="json"))
@@ -71,6 +75,7 @@ class BankIndex:
         self.records: list[MemoryRecord | None] = []  # by row; None once removed
         self.rows: dict[str, int] = {}  # live id -> row
         self.digests: dict[str, dict[str, None]] = {}  # content digest -> live ids, in order
+        self.contexts: dict[str, dict[str, None]] = {}  # learned-at context -> live ids
         self._vectors = np.zeros((64, self.embedder.dim), dtype=np.float32)
         self._live = np.zeros(64, dtype=bool)
         self._lengths = np.zeros(64, dtype=np.float32)
@@ -139,6 +144,8 @@ class BankIndex:
             self.records.append(record)
             self.rows[record.id] = row
             self.digests.setdefault(content_digest(record.content), {})[record.id] = None
+            for context in _contexts(record.content):
+                self.contexts.setdefault(context, {})[record.id] = None
             self._live[row] = True
             self._lengths[row] = length = sum(counts.values())
             self._total_length += length
@@ -161,6 +168,11 @@ class BankIndex:
         del same[memory_id]
         if not same:
             del self.digests[digest]
+        for context in _contexts(record.content):
+            learned = self.contexts[context]
+            del learned[memory_id]
+            if not learned:
+                del self.contexts[context]
         self._total_length -= float(self._lengths[row])
         for term in set(terms(memory_text(record.content))):
             self._df[term] -= 1
@@ -231,6 +243,13 @@ class BankIndex:
             )
         assert cached is not None  # every indexed term has a posting
         return cached
+
+    def learned_at(self, contexts: list[str]) -> list[MemoryRecord]:
+        """The live records learned at any of ``contexts`` (see `PersonaMemory.contexts`)."""
+        ids = dict.fromkeys(
+            memory_id for context in contexts for memory_id in self.contexts.get(normalise(context), ())
+        )
+        return [self.records[self.rows[memory_id]] for memory_id in ids]  # type: ignore[misc]
 
     def find(self, content: LayerContent) -> MemoryRecord | None:
         """Return the oldest live record whose content equals ``content``, if any."""

@@ -153,6 +153,15 @@ class WorkspaceMemory(_Strict):
         return self
 
 
+def _empty(value: Any) -> bool:
+    return not value
+
+
+# Left out of the stored form while empty, so that a memory written before these
+# fields existed keeps its exact bytes, digest and snapshot fingerprint.
+_Texts = Annotated[list[Annotated[Text, AfterValidator(non_blank)]], Field(exclude_if=_empty)]
+
+
 class PersonaMemory(_Strict):
     """A preference or constraint of the person, and how to assist them with it.
 
@@ -160,6 +169,11 @@ class PersonaMemory(_Strict):
         topic: What the preference is about, e.g. ``"citation style"``.
         preference: The preference or constraint itself, e.g. ``"APA"``.
         strategy: How an assistant should act on it.
+        aliases: Other names of the topic: how the need was asked for (requirement
+            names, descriptions, questions), so that a later request naming it in
+            other words finds it.
+        options: The choices offered when it was asked, if it was a choice.
+        contexts: Where it was learned: node ids, node instructions and requests.
     """
 
     layer: ClassVar[MemoryLayer] = "persona"
@@ -167,6 +181,9 @@ class PersonaMemory(_Strict):
     topic: Annotated[Text, AfterValidator(non_blank)]
     preference: Annotated[Text, AfterValidator(non_blank)]
     strategy: Text = ""
+    aliases: _Texts = Field(default_factory=list)
+    options: _Texts = Field(default_factory=list)
+    contexts: _Texts = Field(default_factory=list)
 
 
 LayerContent = TrajectoryMemory | WorkspaceMemory | PersonaMemory

@@ -40,6 +40,8 @@ class SearchRequest(BaseModel):
         query: What to look for.
         label: What the search is for (e.g. ``"requirement:citation style"``), so
             whoever reads the results can tell which search found what.
+        top_k: At most this many results for this search; the call's ``top_k`` if
+            ``None`` (recall for a judge wants more than a prompt does).
     """
 
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
@@ -47,6 +49,7 @@ class SearchRequest(BaseModel):
     layer: MemoryLayer
     query: Annotated[str, AfterValidator(_text)]
     label: str | None = None
+    top_k: Annotated[int, Field(ge=1)] | None = None
 
 
 class ScoredMemory(BaseModel):
@@ -154,6 +157,8 @@ class MemoryRetriever:
         searches: Sequence[SearchRequest],
         top_k: int = 3,
         min_similarity: float = 0.0,
+        *,
+        distinct_per_label: bool = False,
     ) -> MemoryBundle:
         """Run ``searches`` over the user's bank and return what they found.
 
@@ -162,6 +167,16 @@ class MemoryRetriever:
         query is never returned). A memory already found by an earlier search of
         the same call is skipped and the next one taken instead, so duplicates
         never crowd out results.
+
+        Args:
+            user_id: Whose bank to search.
+            searches: The searches, most important first.
+            top_k: Memories per search.
+            min_similarity: Weakest score returned.
+            distinct_per_label: Skip only memories an earlier search *of the same
+                label* found, so that searches made for different purposes (one
+                requirement and another) each get their own results; a memory may
+                then appear once per label.
 
         Raises:
             RetrievalError: If ``top_k`` or ``min_similarity`` is invalid or a
@@ -184,7 +199,7 @@ class MemoryRetriever:
         vectors = [embedded[row[search.query]] for search in searches]
         found: dict[str, list[ScoredMemory]] = {layer: [] for layer in LAYERS}
         for layer in dict.fromkeys(search.layer for search in searches):
-            taken: set[str] = set()
+            taken: dict[str | None, set[str]] = {}
             with self._index(user_id, layer) as index:
                 for search, vector in zip(searches, vectors, strict=True):
                     if search.layer == layer:
@@ -192,12 +207,23 @@ class MemoryRetriever:
                             index,
                             search,
                             vector=vector,
-                            top_k=top_k,
+                            top_k=search.top_k or top_k,
                             min_similarity=min_similarity,
-                            taken=taken,
+                            taken=taken.setdefault(
+                                search.label if distinct_per_label else None, set()
+                            ),
                         )
             found[layer].sort(key=lambda scored: -scored.score)
         return MemoryBundle(**found)
+
+    def learned_at(self, user_id: str, contexts: Sequence[str]) -> list[MemoryRecord]:
+        """The user's persona memories learned at any of ``contexts`` (node ids,
+        instructions, requests: see `PersonaMemory.contexts`), compared without case."""
+        wanted = [context for context in contexts if context.strip()]
+        if not wanted:
+            return []
+        with self._index(user_id, "persona") as index:
+            return index.learned_at(wanted)
 
     def find_exact(
         self, user_id: str, layer: MemoryLayer, content: LayerContent

@@ -1,11 +1,16 @@
 """Turning memories and queries into text and terms.
 
-`memory_text` says what of a record is searchable; `terms` is the analyzer shared
-by the lexical index and the hashing embedder: Unicode words, lowercased, English
-stop words dropped, and a light suffix-stripping stemmer so that "prefers",
-"preferred" and "preference" meet. Measured on LoCoMo (see
-``benchmarks/locomo_retrieval.py``), this analyzer lifts BM25's recall@5 by 16-19%
-over plain lowercase words.
+`memory_text` says what of a record is searchable. `terms` is the analyzer of the
+lexical index: Unicode words (letters and digits apart), lowercased, English stop
+words dropped, and Snowball's English stemmer, so that "prefers", "preferred" and
+"preference" meet. Measured on LoCoMo (see ``benchmarks/locomo_retrieval.py``), it
+lifts BM25's recall@5 by 21% over plain lowercase words (our own light stemmer
+reached 17%).
+
+`hashing_terms` is the analyzer the `HashingEmbedder` was built on, kept exactly as
+it was: its vectors are stored with every memory, and a changed analyzer would
+silently mix old vectors with new ones. `stem` is its light suffix stripper, also
+the base of the judge's word roots (``agent/phrases.py``).
 """
 
 from __future__ import annotations
@@ -14,11 +19,14 @@ import re
 from functools import lru_cache
 from typing import Any
 
+import snowballstemmer
+
 from autopersona_flows.memory.records import LayerContent, PersonaMemory, TrajectoryMemory
 
-__all__ = ["json_text", "memory_text", "normalise", "stem", "terms"]
+__all__ = ["hashing_terms", "json_text", "memory_text", "normalise", "stem", "terms"]
 
-_WORD = re.compile(r"\w+")
+_WORD = re.compile(r"[^\W\d_]+|\d+")  # letters and digits apart: "python3.11", "size_uk"
+_WORD_V1 = re.compile(r"\w+")
 
 _STOP_TEXT = """
     a about am an and any are as at be been being both but by can could d did do does doing
@@ -78,9 +86,22 @@ def normalise(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip().casefold()
 
 
+_SNOWBALL = snowballstemmer.stemmer("english")
+
+
+@lru_cache(maxsize=65536)
+def _snowball(word: str) -> str:
+    return _SNOWBALL.stemWord(word)
+
+
 def terms(text: str) -> list[str]:
     """Return the index terms of ``text``, in order, repeats kept."""
-    return [stem(word) for word in _WORD.findall(text.lower()) if word not in _STOP_WORDS]
+    return [_snowball(word) for word in _WORD.findall(text.lower()) if word not in _STOP_WORDS]
+
+
+def hashing_terms(text: str) -> list[str]:
+    """The terms `HashingEmbedder` hashes: `stem` over ``\\w+`` words (frozen: see above)."""
+    return [stem(word) for word in _WORD_V1.findall(text.lower()) if word not in _STOP_WORDS]
 
 
 def json_text(value: Any) -> str:
@@ -104,7 +125,9 @@ def memory_text(content: LayerContent) -> str:
     """Return the searchable text of a memory's content: what gets embedded and indexed."""
     if isinstance(content, PersonaMemory):
         return " ".join(
-            part for part in (content.topic, content.preference, content.strategy) if part
+            part
+            for part in (content.topic, *content.aliases, content.preference, content.strategy)
+            if part
         )
     if isinstance(content, TrajectoryMemory):
         parts = (

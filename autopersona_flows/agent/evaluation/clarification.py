@@ -14,7 +14,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
@@ -34,6 +34,13 @@ from autopersona_flows.agent.decisions import (
     FinalDecision,
     NonBlank,
     PersonaRequest,
+)
+from autopersona_flows.agent.evaluation._common import (
+    describe,
+    f1,
+    layers_as_tuples,
+    lines,
+    ratio,
 )
 from autopersona_flows.errors import EvaluationError
 from autopersona_flows.memory.embedders import Embedder, HashingEmbedder, check_vectors
@@ -219,16 +226,6 @@ class ClarificationReport(BaseModel):
         raise KeyError(name)
 
 
-def _ratio(numerator: float, denominator: float) -> float:
-    """``numerator / denominator``, and 1.0 for 0/0 (see `ClarificationReport`)."""
-    return numerator / denominator if denominator else 1.0
-
-
-def _f1(precision: float, recall: float) -> float:
-    total = precision + recall
-    return 2 * precision * recall / total if total else 0.0
-
-
 def _layers_of(decision: FinalDecision | ClarifyDecision | None) -> list[MemoryLayer]:
     if not isinstance(decision, FinalDecision):
         return []
@@ -267,9 +264,9 @@ def _layer_scores(result: CaseResult) -> tuple[float, float, float, bool]:
     assert result.expected_layers is not None  # only labelled cases are scored
     expected, predicted = set(result.expected_layers), set(result.layers)
     hits = len(expected & predicted)
-    coverage = _ratio(hits, len(expected))
-    precision = _ratio(hits, len(predicted))
-    return coverage, precision, _f1(precision, coverage), expected == predicted
+    coverage = ratio(hits, len(expected))
+    precision = ratio(hits, len(predicted))
+    return coverage, precision, f1(precision, coverage), expected == predicted
 
 
 def evaluate_clarification_policy(
@@ -315,8 +312,8 @@ def evaluate_clarification_policy(
     necessary = count("clarify", "clarify")
     unnecessary = count("final", "clarify")
     missed = count("clarify", "final") + count("clarify", None)
-    precision = _ratio(necessary, necessary + unnecessary)
-    recall = _ratio(necessary, necessary + missed)
+    precision = ratio(necessary, necessary + unnecessary)
+    recall = ratio(necessary, necessary + missed)
 
     with_requirement = [r for r in results if r.expected_requirement is not None]
     asked_right = sum(
@@ -339,7 +336,7 @@ def evaluate_clarification_policy(
         correct_finals=count("final", "final"),
         clarification_precision=precision,
         clarification_recall=recall,
-        clarification_f1=_f1(precision, recall),
+        clarification_f1=f1(precision, recall),
         requirement_cases=len(with_requirement),
         requirement_accuracy=(asked_right / len(with_requirement) if with_requirement else None),
         layer_cases=len(labelled),
@@ -354,45 +351,6 @@ def evaluate_clarification_policy(
     )
 
 
-def _lines(path: str | Path) -> Iterator[tuple[int, bytes]]:
-    path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise EvaluationError(f"cannot read {path}: {exc.strerror}") from exc
-    for number, line in enumerate(data.split(b"\n"), start=1):
-        if line.strip():
-            yield number, line
-
-
-def _describe(exc: ValidationError) -> str:
-    return "; ".join(
-        f"{'.'.join(map(str, error['loc'])) or 'value'}: {error['msg']}" for error in exc.errors()
-    )
-
-
-def _layers_as_tuples(raw: Any) -> Any:
-    """Turn the JSON arrays of requirement layers into the tuples strict validation wants.
-
-    `Requirement` defines its own ``__init__``, so pydantic validates it in Python
-    mode even from JSON, where a strict ``tuple`` field refuses a list; validating
-    the parsed line in Python mode with tuples in place sidesteps that.
-    """
-    if not isinstance(raw, dict):
-        return raw
-    request = raw.get("request")
-    requirements = request.get("requirements") if isinstance(request, dict) else None
-    if not isinstance(requirements, list):
-        return raw
-    fixed = [
-        {**item, "layers": tuple(item["layers"])}
-        if isinstance(item, dict) and isinstance(item.get("layers"), list)
-        else item
-        for item in requirements
-    ]
-    return {**raw, "request": {**request, "requirements": fixed}}
-
-
 def read_clarification_cases(path: str | Path) -> list[ClarificationCase]:
     """Read an evaluation set: one `ClarificationCase` as JSON a line (blank lines skipped).
 
@@ -403,15 +361,17 @@ def read_clarification_cases(path: str | Path) -> list[ClarificationCase]:
     """
     cases: list[ClarificationCase] = []
     names: dict[str, int] = {}
-    for number, line in _lines(path):
+    for number, line in lines(path):
         try:
             raw = _json.loads(line)
         except _json.JSONDecodeError as exc:
             raise EvaluationError(f"{path}:{number}: not valid JSON ({exc})") from None
         try:
-            case = ClarificationCase.model_validate(_layers_as_tuples(raw))
+            if isinstance(raw, dict) and "request" in raw:
+                raw = {**raw, "request": layers_as_tuples(raw["request"])}
+            case = ClarificationCase.model_validate(raw)
         except ValidationError as exc:
-            raise EvaluationError(f"{path}:{number}: invalid case: {_describe(exc)}") from None
+            raise EvaluationError(f"{path}:{number}: invalid case: {describe(exc)}") from None
         if case.name in names:
             first = names[case.name]
             raise EvaluationError(
@@ -463,7 +423,7 @@ def seed_memories(
     """
     embedder = embedder if embedder is not None else HashingEmbedder()
     seeds: list[tuple[str, MemoryRecord]] = []
-    for number, line in _lines(path):
+    for number, line in lines(path):
         try:
             seed = _SeedMemory.model_validate_json(line)
             timestamps = {
@@ -473,7 +433,7 @@ def seed_memories(
             }
             record = MemoryRecord(layer=seed.layer, content=seed.content, **timestamps)
         except ValidationError as exc:
-            raise EvaluationError(f"{path}:{number}: invalid memory: {_describe(exc)}") from None
+            raise EvaluationError(f"{path}:{number}: invalid memory: {describe(exc)}") from None
         seeds.append((seed.user_id, record))
     users = list(dict.fromkeys(user_id for user_id, _ in seeds))
     taken = [user_id for user_id in users if not store.snapshot(user_id).is_empty]

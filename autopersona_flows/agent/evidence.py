@@ -1,0 +1,370 @@
+"""The default policy: recall, judge, and ask exactly when a required need is unanswered.
+
+`EvidencePolicy` hands each requirement's recalled candidates to a `Judge`, then
+decides what the person currently holds:
+
+1. A *statement* (a preference, a past task's lesson, workspace state) the judge
+   finds strong enough answers on its own; *choices* made in past tasks answer
+   only when at least two agree on the value.
+2. The clearest answer holds unless something said later replaces it: an answer
+   about as clear (within ``margin``), one announcing a change ("pescatarian
+   now"), or a habit of later past tasks. If what holds says the preference no
+   longer does, nothing answers and the person is asked.
+3. A required requirement nothing answers is asked about; the first one, with its
+   options. Otherwise the decision is final, with one constraint per answered
+   requirement, each saying where its value came from and why, and the guidance
+   the node should see: the standing constraints (allergies, access, hard budget
+   caps, legal limits) that apply to the node's work, and memories about it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import ClassVar
+
+from pydantic import ValidationError
+
+from autopersona_flows.agent.decisions import (
+    ClarifyDecision,
+    Constraint,
+    FinalDecision,
+    PersonaDecision,
+    PersonaRequest,
+    Requirement,
+)
+from autopersona_flows.agent.judges import Judge, LexicalJudge, Verdict
+from autopersona_flows.agent.phrases import content_roots, phrase, root
+from autopersona_flows.agent.planners import LEARNED, requirement_label
+from autopersona_flows.agent.standing import applies
+from autopersona_flows.errors import PolicyError
+from autopersona_flows.memory.records import (
+    MemoryRecord,
+    PersonaMemory,
+    TrajectoryMemory,
+)
+from autopersona_flows.memory.retrieval import MemoryBundle, ScoredMemory
+from autopersona_flows.memory.text import memory_text
+
+__all__ = ["EvidencePolicy", "constraint_text"]
+
+
+def constraint_text(memory: ScoredMemory | MemoryRecord) -> str:
+    """Render a memory as a constraint a tool or a person can act on."""
+    record = memory.record if isinstance(memory, ScoredMemory) else memory
+    content = record.content
+    if isinstance(content, PersonaMemory):
+        text = f"{content.topic}: {content.preference}"
+        return f"{text} ({content.strategy})" if content.strategy else text
+    if isinstance(content, TrajectoryMemory):
+        return f"earlier, for {content.query!r}: {content.insight or memory_text(content)}"
+    return f"workspace: {memory_text(content)}"
+
+
+def stated_at(record: MemoryRecord) -> datetime:
+    """When a memory was last said or observed: what "most recent" compares."""
+    return record.updated_at
+
+
+@dataclass(frozen=True)
+class _Answer:
+    """The evidence one requirement rests on: one statement, or agreeing choices."""
+
+    strength: float
+    when: datetime
+    value: str | None
+    memories: tuple[ScoredMemory, ...]  # newest first
+    reason: str
+    ceases: bool = False
+    changes: bool = False
+
+
+class EvidencePolicy:
+    """The default policy: ask exactly when a required requirement is unanswered.
+
+    See the module documentation for how answers are found and chosen. A request
+    without requirements is never asked about.
+
+    Args:
+        threshold: The strength (see `Verdict`) a memory needs to answer.
+        margin: A later answer this close to the clearest one replaces it.
+        max_guidance: At most this many memories beyond the requirements' evidence.
+        judge: Decides which candidates answer; `LexicalJudge` by default.
+    """
+
+    asks_without_requirements: ClassVar[bool] = False  # see `Policy`
+
+    def __init__(
+        self,
+        threshold: float = 0.5,
+        margin: float = 0.1,
+        max_guidance: int = 5,
+        *,
+        judge: Judge | None = None,
+    ) -> None:
+        for name, value in (("threshold", threshold), ("margin", margin)):
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"{name} must be a number, got {value!r}")
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must lie in [0, 1], got {value}")
+        if isinstance(max_guidance, bool) or not isinstance(max_guidance, int) or max_guidance < 0:
+            raise ValueError(f"max_guidance must be an int >= 0, got {max_guidance!r}")
+        self.threshold = threshold
+        self.margin = margin
+        self.max_guidance = max_guidance
+        self.judge = judge if judge is not None else LexicalJudge()
+
+    def __repr__(self) -> str:
+        return f"EvidencePolicy(threshold={self.threshold}, judge={self.judge!r})"
+
+    def decide(self, request: PersonaRequest, memories: MemoryBundle) -> PersonaDecision:
+        """Decide final or clarify; see the module documentation."""
+        candidates = {
+            requirement.name: _candidates(requirement, memories)
+            for requirement in request.requirements
+        }
+        verdicts = self._judged(request, candidates)
+        constraints = []
+        weighed: set[str] = set()  # every memory that answered: superseded ones are no guidance
+        for requirement in request.requirements:
+            answer, found = self._answer(candidates[requirement.name], verdicts[requirement.name])
+            weighed |= {m.record.id for a in found for m in a.memories}
+            if answer is None:
+                if requirement.required:
+                    return self._clarify(request, requirement, verdicts[requirement.name], memories)
+                continue
+            constraints.append(_constraint(requirement, answer))
+        constraints += self._guidance(request, memories, weighed)
+        return FinalDecision(
+            guidance=_compose(request, constraints), constraints=constraints, memories=memories
+        )
+
+    # -- judging -------------------------------------------------------------------------
+
+    def _judged(
+        self, request: PersonaRequest, candidates: Mapping[str, list[ScoredMemory]]
+    ) -> dict[str, list[Verdict]]:
+        """Ask the judge, and hold its answer to the contract (see `Judge`)."""
+        try:
+            raw = self.judge.judge(request, candidates)
+            answer = {
+                name: [Verdict.model_validate(v) for v in raw.get(name, ())] for name in candidates
+            }
+        except (AttributeError, TypeError, ValidationError) as exc:
+            raise PolicyError(f"judge {self.judge!r} returned invalid verdicts: {exc}") from exc
+        for name, found in answer.items():
+            shown = {memory.record.id for memory in candidates[name]}
+            stray = [v.memory_id for v in found if v.memory_id not in shown]
+            if stray:
+                raise PolicyError(
+                    f"judge {self.judge!r} judged memories {stray} for {name!r}, which were not "
+                    "among its candidates"
+                )
+        return answer
+
+    def _answer(
+        self, candidates: list[ScoredMemory], verdicts: Sequence[Verdict]
+    ) -> tuple[_Answer | None, list[_Answer]]:
+        """The current answer (``None`` if nothing answers now), and every answer found."""
+        by_id = {memory.record.id: memory for memory in candidates}
+        answers: list[_Answer] = []
+        choices: list[tuple[Verdict, ScoredMemory]] = []
+        for verdict in verdicts:
+            memory = by_id[verdict.memory_id]
+            if verdict.strength < self.threshold:
+                continue
+            if verdict.ceases or (verdict.answers and verdict.kind == "statement"):
+                answers.append(_single(verdict, memory))
+            elif verdict.answers:
+                choices.append((verdict, memory))
+        answers += [_repeated(agreeing) for agreeing in _agreeing(choices) if len(agreeing) >= 2]
+        if not answers:
+            return None, []
+        # The clearest answer holds, unless something said later replaces it: as
+        # clear, or announcing a change ("pescatarian now"), or a habit of past tasks.
+        current = max(answers, key=lambda answer: (answer.strength, answer.when))
+        for answer in sorted(answers, key=lambda answer: answer.when):
+            if answer.when > current.when and (
+                answer.strength >= current.strength - self.margin
+                or answer.changes
+                or answer.ceases
+                or len(answer.memories) > 1
+            ):
+                current = answer
+        return (None if current.ceases else current), answers
+
+    # -- clarifying and guidance ---------------------------------------------------------
+
+    def _clarify(
+        self,
+        request: PersonaRequest,
+        requirement: Requirement,
+        verdicts: Sequence[Verdict],
+        memories: MemoryBundle,
+    ) -> ClarifyDecision:
+        earlier = [v.value for v in verdicts if v.kind == "choice" and v.value]
+        options = requirement.options or list(dict.fromkeys(earlier))
+        if requirement.question:
+            question = requirement.question
+        else:
+            # Instructions are imperatives ("Book the flight"): "... should I use to book the flight?"
+            what = (request.node.instruction if request.node else "").strip().rstrip(".")
+            where = f" to {what[0].lower()}{what[1:]}" if what else f" for {request.query!r}"
+            question = f"Which {requirement.name} should I use{where}?"
+            if options:
+                question += f" Options: {', '.join(options)}."
+        return ClarifyDecision(
+            question=question,
+            requirement=requirement.name,
+            options=options,
+            memories=memories,
+            request=request,
+        )
+
+    def _guidance(
+        self, request: PersonaRequest, memories: MemoryBundle, used: set[str]
+    ) -> list[Constraint]:
+        """Standing constraints for the node's work first, then memories about it."""
+        node = request.node
+        work = " ".join(part for part in (request.query, node.instruction if node else "") if part)
+        about = content_roots(f"{work} {node.id if node else ''}".replace("-", " "))
+        standing: dict[str, Constraint] = {}
+        related: dict[str, Constraint] = {}
+        for memory in sorted(memories, key=lambda m: -m.score):
+            record = memory.record
+            if record.id in used or record.id in standing or record.id in related:
+                continue
+            text = _statement(record)
+            if text is None:
+                continue
+            if applies(text, work):
+                standing[record.id] = _guide(memory, "a standing constraint for this work")
+            elif _about(record, about):
+                related[record.id] = _guide(memory, "about this work")
+        return [*standing.values(), *related.values()][: self.max_guidance]
+
+
+def _candidates(requirement: Requirement, memories: MemoryBundle) -> list[ScoredMemory]:
+    """What may answer a requirement: what its searches recalled, what searches for the
+    node and the request recalled (memories about the same work), and answers learned
+    here; each memory once."""
+    mine = requirement_label(requirement)
+    found: dict[str, ScoredMemory] = {}
+    for layer in requirement.layers:
+        for memory in memories.layer(layer):
+            label = memory.search.label
+            if label == mine or label in _SHARED or (label == LEARNED and layer == "persona"):
+                found.setdefault(memory.record.id, memory)
+    return list(found.values())
+
+
+_SHARED = frozenset({"node", "query"})
+
+
+def _single(verdict: Verdict, memory: ScoredMemory) -> _Answer:
+    return _Answer(
+        strength=verdict.strength,
+        when=stated_at(memory.record),
+        value=verdict.value,
+        memories=(memory,),
+        reason=verdict.reason,
+        ceases=verdict.ceases,
+        changes=verdict.changes,
+    )
+
+
+def _agreeing(
+    choices: list[tuple[Verdict, ScoredMemory]],
+) -> list[list[tuple[Verdict, ScoredMemory]]]:
+    """Group past choices that share a word of their value ("aisle", "Premier Inn")."""
+    groups: list[tuple[frozenset[str], list[tuple[Verdict, ScoredMemory]]]] = []
+    for choice in choices:
+        roots = content_roots(choice[0].value or "")
+        for i, (shared, members) in enumerate(groups):
+            if roots & shared:
+                groups[i] = (shared & roots, [*members, choice])
+                break
+        else:
+            groups.append((roots, [choice]))
+    return [members for _, members in groups]
+
+
+def _repeated(agreeing: list[tuple[Verdict, ScoredMemory]]) -> _Answer:
+    """Choices several past tasks agree on: stronger the more of them there are."""
+    newest = sorted(agreeing, key=lambda pair: stated_at(pair[1].record), reverse=True)
+    shared = frozenset.intersection(*(content_roots(v.value or "") for v, _ in agreeing))
+    value = newest[0][0].value or ""
+    value = " ".join(word for word in value.split() if content_roots(word) & shared) or value
+    return _Answer(
+        strength=min(0.9, 0.55 + 0.1 * len(agreeing)),
+        when=stated_at(newest[0][1].record),
+        value=value,
+        memories=tuple(memory for _, memory in newest),
+        reason=f"chosen in {len(agreeing)} past tasks",
+    )
+
+
+def _constraint(requirement: Requirement, answer: _Answer) -> Constraint:
+    first = answer.memories[0]
+    if len(answer.memories) > 1:
+        tasks = ", ".join(
+            repr(m.record.content.query)
+            for m in answer.memories
+            if isinstance(m.record.content, TrajectoryMemory)
+        )
+        text = f"{requirement.name}: {answer.value} (chosen before, in {tasks})"
+    else:
+        text = constraint_text(first)
+        if answer.value and answer.value.casefold() not in text.casefold():
+            text = f"{requirement.name}: {answer.value} ({text})"
+    return Constraint(
+        text=text,
+        requirement=requirement.name,
+        memory_id=first.record.id,
+        layer=first.record.layer,
+        score=answer.strength,
+        value=answer.value,
+        evidence=[m.record.id for m in answer.memories],
+        reason=answer.reason,
+    )
+
+
+def _statement(record: MemoryRecord) -> str | None:
+    """The text of what a memory states about the person, if it states anything."""
+    content = record.content
+    if isinstance(content, PersonaMemory):
+        return memory_text(content)
+    if isinstance(content, TrajectoryMemory):
+        return content.insight or None
+    return memory_text(content)
+
+
+def _about(record: MemoryRecord, work: frozenset[str]) -> bool:
+    """Whether a memory is about the node's work: its topic or task shares its words."""
+    content = record.content
+    if isinstance(content, PersonaMemory):
+        topic = phrase(content.topic)
+        return bool(set(topic.roots) & work) or root(content.topic) in work
+    if isinstance(content, TrajectoryMemory):
+        return bool(content.insight) and len(content_roots(content.query) & work) >= 2
+    return len(content_roots(memory_text(content)) & work) >= 2
+
+
+def _guide(memory: ScoredMemory, reason: str) -> Constraint:
+    return Constraint(
+        text=constraint_text(memory),
+        memory_id=memory.record.id,
+        layer=memory.record.layer,
+        score=memory.score,
+        evidence=[memory.record.id],
+        reason=reason,
+    )
+
+
+def _compose(request: PersonaRequest, constraints: list[Constraint]) -> str:
+    target = f"step {request.node.id!r}" if request.node else "this request"
+    if not constraints:
+        return f"No stored preference applies to {target}; proceed as asked."
+    lines = "\n".join(f"- {constraint.text}" for constraint in constraints)
+    return f"For {target}, respect what this person has told us:\n{lines}"
