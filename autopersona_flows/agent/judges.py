@@ -504,9 +504,16 @@ class LexicalJudge:
         found = self.read(need, content.preference)
         if need.options:
             return found.option is not None  # the answer is one of this requirement's choices
-        if self.relate(need, phrase(content.topic)) == "conflict":
-            return False
-        return not need.kinds or bool(found.kinds)
+        topic = phrase(content.topic)
+        other_attribute = (
+            self.relate(need, topic) == "conflict"
+            and topic.head is not None
+            and need.name.head is not None
+            and not kin(topic.head, need.name.head)
+        )
+        # At the same step, "collection time" may well be the "pickup time" answered:
+        # only another attribute ("meeting room" for "meeting hours") rules it out.
+        return not other_attribute and (not need.kinds or bool(found.kinds))
 
 
 # -- strength ------------------------------------------------------------------------------
@@ -537,7 +544,7 @@ def _strength(
     if relation == "partial":
         return 0.7, "its topic names the attribute in general"
     from_value = _value_strength(need, relation, found)
-    if relation == "none" and specific and not (found.attribute or found.option or found.said):
+    if relation == "none" and specific and not (found.attribute or found.polarity > 0 or found.said):
         return 0.0, "its topic is about something else"
     if relation == "conflict":
         # Another attribute's topic answers only if its value says so plainly.

@@ -397,7 +397,7 @@ def phrase(text: str) -> Phrase:
 
 def kin(a: str, b: str) -> bool:
     """Whether two attribute roots name the same attribute ("budget" / "price")."""
-    return a == b or any(a in group and b in group for group in _KIN_ROOTS)
+    return a == b or bool(_KIN_GROUPS.get(a, 0) & _KIN_GROUPS.get(b, 0))
 
 
 @dataclass(frozen=True, eq=False)
@@ -479,6 +479,9 @@ _WEAK_ROOTS = frozenset(root(word) for word in _WEAK_HEADS)
 _QUALIFIER_ROOTS = frozenset(root(word) for word in _QUALIFIERS)
 _KIN_ROOTS = tuple(frozenset(root(word) for word in group) for group in _KIN)
 _KIN_WORDS = frozenset().union(*_KIN_ROOTS)
+_KIN_GROUPS = {  # root -> bit set of its groups
+    word: sum(1 << i for i, group in enumerate(_KIN_ROOTS) if word in group) for word in _KIN_WORDS
+}
 _ATTRIBUTE_ROOTS = {
     kind: frozenset(root(word) for word in names) for kind, names in _ATTRIBUTE_KINDS.items()
 }

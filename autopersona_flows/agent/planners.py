@@ -6,10 +6,15 @@ from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 from autopersona_flows.agent.decisions import PersonaRequest, Requirement
+from autopersona_flows.agent.standing import standing_query
 from autopersona_flows.memory.records import LAYERS
 from autopersona_flows.memory.retrieval import SearchRequest
 
-__all__ = ["LEARNED", "DefaultPlanner", "FunctionPlanner", "SearchPlanner", "requirement_label"]
+__all__ = ["LEARNED", "STANDING", "DefaultPlanner", "FunctionPlanner", "SearchPlanner", "requirement_label"]
+
+STANDING = "standing"
+"""The label of the search for standing constraints (allergies, access, limits) that
+could apply to the request's work: see `agent.standing`."""
 
 LEARNED = "learned"
 """The label of answers learned at the request's node or for its request: candidates
@@ -78,6 +83,12 @@ class DefaultPlanner:
             if text.strip()
             for layer in LAYERS
         ]
+        stakes = standing_query(" ".join(text for text, _ in texts))
+        if stakes is not None:
+            searches += [
+                SearchRequest(layer=layer, query=stakes, label=STANDING)
+                for layer in ("persona", "trajectory")
+            ]
         return searches
 
 

@@ -15,7 +15,7 @@ from functools import lru_cache
 
 from autopersona_flows.agent.phrases import content_roots
 
-__all__ = ["applies", "stakes"]
+__all__ = ["applies", "stakes", "standing_query"]
 
 
 def _roots(text: str) -> frozenset[str]:
@@ -32,8 +32,8 @@ _STAKES: dict[str, frozenset[str]] = {
     ),
     "access": _roots(
         "wheelchair accessible accessibility step-free stepfree mobility disability disabled"
-        " ramp ramps lift elevator deaf hearing blind sight visually impaired screen reader"
-        " crutches walker cane seizures epilepsy"
+        " ramp ramps lift elevator deaf blind visually impaired crutches walker cane"
+        " seizures epilepsy"
     ),
     "money": _roots("cap capped ceiling afford overspend"),
     "law": _roots(
@@ -73,6 +73,8 @@ _DOMAINS: dict[str, frozenset[str]] = {
         "data dataset datasets export exports share sharing send upload publish report"
         " reports records database backup analytics survey customer customers client"
         " clients patient patients email emails spreadsheet crm logs contract contracts"
+        " post posts blog article press announcement tweet public website newsletter"
+        " social portfolio talk slides"
     ),
 }
 
@@ -122,3 +124,16 @@ def applies(text: str, work: str) -> bool:
         return False
     own = _domains(text) - {"health"}  # naming a condition is not naming the work
     return not own or bool(own & work_domains)
+
+
+def standing_query(work: str) -> str | None:
+    """Words to recall the standing constraints that could apply to ``work``, if any.
+
+    A memory stating an allergy shares no word with "Order groceries"; searching
+    for the stakes that touch the work's domains finds it.
+    """
+    domains = _domains(work)
+    wanted = [stake for stake, touched in _TOUCHES.items() if touched & domains]
+    if not wanted:
+        return None
+    return " ".join(sorted(frozenset().union(*(_STAKES[stake] for stake in wanted))))

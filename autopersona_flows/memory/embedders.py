@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import zlib
+from functools import lru_cache
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -133,22 +134,39 @@ class HashingEmbedder:
         """Embed each text; an empty text gives the zero vector."""
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for row, text in enumerate(texts):
-            vector = out[row]
-            for term in hashing_terms(text):
-                self._add(vector, term, 1.0)
-                padded = f"<{term}>"
-                for n in (3, 4, 5):
-                    for start in range(len(padded) - n + 1):
-                        self._add(vector, padded[start : start + n], 0.5)
-            norm = float(np.linalg.norm(vector))
+            features = [_term_features(term, self.dim) for term in hashing_terms(text)]
+            if not features:
+                continue
+            # Every weight is a multiple of 0.5, so the sums are exact in float32 and
+            # adding a term's features at once gives the vector feature by feature would.
+            np.add.at(
+                out[row],
+                np.concatenate([index for index, _ in features]),
+                np.concatenate([weight for _, weight in features]),
+            )
+            norm = float(np.linalg.norm(out[row]))
             if norm:
-                vector /= norm
+                out[row] /= norm
         return out
 
-    def _add(self, vector: np.ndarray, feature: str, weight: float) -> None:
+
+@lru_cache(maxsize=65536)
+def _term_features(term: str, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """The buckets and signed weights of a term: itself (1) and its 3-5-grams (0.5)."""
+    padded = f"<{term}>"
+    features = [(term, 1.0)] + [
+        (padded[start : start + n], 0.5)
+        for n in (3, 4, 5)
+        for start in range(len(padded) - n + 1)
+    ]
+    index = np.empty(len(features), dtype=np.int64)
+    weight = np.empty(len(features), dtype=np.float32)
+    for i, (feature, value) in enumerate(features):
         # crc32 is stable across processes and Python versions, unlike hash().
         code = zlib.crc32(feature.encode("utf-8"))
-        vector[code % self.dim] += weight if code & 0x80000000 else -weight
+        index[i] = code % dim
+        weight[i] = value if code & 0x80000000 else -value
+    return index, weight
 
 
 class MiniLMEmbedder:

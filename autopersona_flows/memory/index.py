@@ -197,37 +197,63 @@ class BankIndex:
 
     def scores(self, query: str, query_vector: np.ndarray) -> np.ndarray:
         """Score every row for ``query``; removed rows score -1."""
+        return self.scores_many([query], query_vector[None, :])[0]
+
+    def scores_many(self, queries: list[str], query_vectors: np.ndarray) -> np.ndarray:
+        """Score every row for each query at once: shape ``(len(queries), rows)``.
+
+        A term shared by several queries is weighed once; the dense part is one
+        matrix product.
+        """
         n = len(self.records)
-        result = np.zeros(n, dtype=np.float32)
+        result = np.zeros((len(queries), n), dtype=np.float32)
         if not self.rows:
             return result - 1
         weight = self.scoring.dense_weight
         if weight:
-            norm = float(np.linalg.norm(query_vector))
-            if norm:
-                cosine = self._vectors[:n] @ (query_vector / norm)
-                result += weight * np.maximum(cosine, 0.0)
+            norms = np.linalg.norm(query_vectors, axis=1, keepdims=True)
+            unit = np.divide(query_vectors, norms, out=np.zeros_like(query_vectors), where=norms > 0)
+            result += weight * np.maximum(unit @ self._vectors[:n].T, 0.0)
         if weight < 1:
-            result += (1 - weight) * self._bm25(query, n)
-        result[~self._live[:n]] = -1.0
+            weighed: dict[str, tuple[float, np.ndarray | None, np.ndarray | None]] = {}
+            for i, query in enumerate(queries):
+                result[i] += (1 - weight) * self._bm25(query, n, weighed)
+        result[:, ~self._live[:n]] = -1.0
         return result
 
-    def _bm25(self, query: str, n: int) -> np.ndarray:
-        k1, b = self.scoring.k1, self.scoring.b
-        live = len(self.rows)
-        average = self._total_length / live or 1.0
+    def _bm25(
+        self,
+        query: str,
+        n: int,
+        weighed: dict[str, tuple[float, np.ndarray | None, np.ndarray | None]],
+    ) -> np.ndarray:
+        """BM25 of every row for ``query`` over the query's reference (see `Scoring`).
+
+        ``weighed`` caches each term's idf and per-row weights across the queries of
+        one `scores_many` call.
+        """
         scores = np.zeros(n, dtype=np.float32)
         reference = 0.0
         for term in set(terms(query)):
-            df = self._df.get(term, 0)
-            idf = math.log(1 + (live - df + 0.5) / (df + 0.5))
+            if term not in weighed:
+                weighed[term] = self._term_weights(term)
+            idf, rows, values = weighed[term]
             reference += idf
-            if not df:
-                continue
-            rows, tf = self._posting_arrays(term)
-            norm = k1 * (1 - b + b * self._lengths[rows] / average)
-            scores[rows] += idf * tf * (k1 + 1) / (tf + norm)
+            if rows is not None:
+                scores[rows] += values
         return np.minimum(scores / reference, 1.0) if reference else scores
+
+    def _term_weights(self, term: str) -> tuple[float, np.ndarray | None, np.ndarray | None]:
+        k1, b = self.scoring.k1, self.scoring.b
+        live = len(self.rows)
+        df = self._df.get(term, 0)
+        idf = math.log(1 + (live - df + 0.5) / (df + 0.5))
+        if not df:
+            return idf, None, None
+        rows, tf = self._posting_arrays(term)
+        average = self._total_length / live or 1.0
+        norm = k1 * (1 - b + b * self._lengths[rows] / average)
+        return idf, rows, idf * tf * (k1 + 1) / (tf + norm)
 
     def _posting_arrays(self, term: str) -> tuple[np.ndarray, np.ndarray]:
         rows, tfs = self._postings[term]

@@ -117,6 +117,9 @@ def check_min_similarity(min_similarity: Any) -> float:
     return float(min_similarity)
 
 
+_QUERY_CACHE = 4096
+
+
 class MemoryRetriever:
     """Finds the memories of one user most relevant to a set of searches.
 
@@ -147,6 +150,7 @@ class MemoryRetriever:
             OrderedDict()
         )
         self._lock = threading.Lock()
+        self._queries: OrderedDict[str, np.ndarray] = OrderedDict()
 
     def __repr__(self) -> str:
         return f"MemoryRetriever({self.store!r}, {self.embedder!r})"
@@ -194,27 +198,42 @@ class MemoryRetriever:
             return MemoryBundle()
         # Planners search the same text in several layers: embed each text once.
         texts = list(dict.fromkeys(search.query for search in searches))
-        embedded = check_vectors(self.embedder, texts, self.embedder.embed(texts))
+        embedded = self._query_vectors(texts)
         row = {text: i for i, text in enumerate(texts)}
-        vectors = [embedded[row[search.query]] for search in searches]
         found: dict[str, list[ScoredMemory]] = {layer: [] for layer in LAYERS}
         for layer in dict.fromkeys(search.layer for search in searches):
+            mine = [search for search in searches if search.layer == layer]
+            queries = list(dict.fromkeys(search.query for search in mine))
             taken: dict[str | None, set[str]] = {}
             with self._index(user_id, layer) as index:
-                for search, vector in zip(searches, vectors, strict=True):
-                    if search.layer == layer:
-                        found[layer] += self._top(
-                            index,
-                            search,
-                            vector=vector,
-                            top_k=search.top_k or top_k,
-                            min_similarity=min_similarity,
-                            taken=taken.setdefault(
-                                search.label if distinct_per_label else None, set()
-                            ),
-                        )
+                scores = index.scores_many(queries, embedded[[row[q] for q in queries]])
+                for search in mine:
+                    found[layer] += self._top(
+                        index,
+                        search,
+                        scores=scores[queries.index(search.query)],
+                        top_k=search.top_k or top_k,
+                        min_similarity=min_similarity,
+                        taken=taken.setdefault(search.label if distinct_per_label else None, set()),
+                    )
             found[layer].sort(key=lambda scored: -scored.score)
-        return MemoryBundle(**found)
+        return MemoryBundle.model_construct(**found)
+
+    def _query_vectors(self, texts: list[str]) -> np.ndarray:
+        """Embed query texts, each once per process: a node's searches repeat every run."""
+        with self._lock:
+            known = {text: self._queries[text] for text in texts if text in self._queries}
+            for text in known:
+                self._queries.move_to_end(text)
+        missing = [text for text in texts if text not in known]
+        if missing:
+            vectors = check_vectors(self.embedder, missing, self.embedder.embed(missing))
+            known.update(zip(missing, vectors, strict=True))
+            with self._lock:
+                self._queries.update(zip(missing, vectors, strict=True))
+                while len(self._queries) > _QUERY_CACHE:
+                    self._queries.popitem(last=False)
+        return np.stack([known[text] for text in texts])
 
     def learned_at(self, user_id: str, contexts: Sequence[str]) -> list[MemoryRecord]:
         """The user's persona memories learned at any of ``contexts`` (node ids,
@@ -237,12 +256,11 @@ class MemoryRetriever:
         index: BankIndex,
         search: SearchRequest,
         *,
-        vector: np.ndarray,
+        scores: np.ndarray,
         top_k: int,
         min_similarity: float,
         taken: set[str],
     ) -> list[ScoredMemory]:
-        scores = index.scores(search.query, vector)
         wanted = min(len(scores), top_k + len(taken))
         if not wanted:
             return []
@@ -256,7 +274,11 @@ class MemoryRetriever:
             if record is None or record.id in taken:
                 continue
             taken.add(record.id)
-            results.append(ScoredMemory(record=record, score=min(score, 1.0), search=search))
+            # Built from validated parts (a stored record, a score clipped to [0, 1], a
+            # validated search): validating them again would cost more than the search.
+            results.append(
+                ScoredMemory.model_construct(record=record, score=min(score, 1.0), search=search)
+            )
         return results
 
     def _index(self, user_id: str, layer: MemoryLayer) -> _HeldIndex:

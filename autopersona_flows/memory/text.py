@@ -1,7 +1,7 @@
 """Turning memories and queries into text and terms.
 
 `memory_text` says what of a record is searchable. `terms` is the analyzer of the
-lexical index: Unicode words (letters and digits apart), lowercased, English stop
+lexical index: Unicode words (split at underscores too), lowercased, English stop
 words dropped, and Snowball's English stemmer, so that "prefers", "preferred" and
 "preference" meet. Measured on LoCoMo (see ``benchmarks/locomo_retrieval.py``), it
 lifts BM25's recall@5 by 21% over plain lowercase words (our own light stemmer
@@ -25,7 +25,7 @@ from autopersona_flows.memory.records import LayerContent, PersonaMemory, Trajec
 
 __all__ = ["hashing_terms", "json_text", "memory_text", "normalise", "stem", "terms"]
 
-_WORD = re.compile(r"[^\W\d_]+|\d+")  # letters and digits apart: "python3.11", "size_uk"
+_WORD = re.compile(r"[^\W_]+")  # underscores split words: "delivery_address"
 _WORD_V1 = re.compile(r"\w+")
 
 _STOP_TEXT = """
