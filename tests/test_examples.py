@@ -21,7 +21,7 @@ def test_quickstart_asks_once_runs_each_tool_once_and_remembers() -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
-    assert "[paused] Which citation style should I use for step 'format_references'" in out
+    assert "[paused] Which citation style should I use to format the references?" in out
     assert "[ada answers] APA" in out
     assert (
         "tool calls: {'gather_sources': 1, 'draft': 1, 'format_references': 1, 'share': 1}" in out

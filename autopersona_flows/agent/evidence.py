@@ -146,6 +146,8 @@ class EvidencePolicy:
         self, request: PersonaRequest, candidates: Mapping[str, list[ScoredMemory]]
     ) -> dict[str, list[Verdict]]:
         """Ask the judge, and hold its answer to the contract (see `Judge`)."""
+        if not any(candidates.values()):
+            return {name: [] for name in candidates}  # nothing can answer: no judge needed
         try:
             raw = self.judge.judge(request, candidates)
             answer = {

@@ -1,10 +1,17 @@
-"""A decision policy backed by any server that speaks OpenAI's chat-completions API.
+"""An LLM judge through any server that speaks OpenAI's chat-completions API.
 
-The model sees the request and the evidence retrieved for it, and answers with a
-decision as JSON. Its answer is checked like any policy's (`parse_decision`),
-and then against what it was shown: a constraint citing a memory it was not
-shown, or a clarification about a requirement the node does not have, is
-invalid output. The model is told what was wrong and asked once more.
+`OpenAICompatibleJudge` shows a model each requirement of a request with the
+memories recalled for it and asks, per requirement, which memory (if any) states
+the person's current value, and what it is: structured verdicts, never a whole
+decision. `OpenAICompatiblePolicy` is `EvidencePolicy` with that judge: the model
+judges, the policy decides (what is asked, which answer is current, what guidance
+the node gets) exactly as it does for the default judge.
+
+The model's answer is checked against what it was shown: a verdict for a
+requirement it was not asked about, or citing a memory that was not a candidate,
+is invalid output; the model is told what was wrong and asked again. Servers
+that refuse OpenAI's ``response_format: json_schema`` (llama.cpp's answers HTTP
+500) are asked with ``{"type": "json_object", "schema": ...}`` instead, from then on.
 """
 
 from __future__ import annotations
@@ -12,115 +19,98 @@ from __future__ import annotations
 import copy
 import logging
 import re
-from collections.abc import Iterator
-from typing import Any, Self
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Literal, Self
 
 import httpx
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autopersona_flows import _json
-from autopersona_flows.agent.decisions import (
-    JSON_SCHEMA,
-    ClarifyDecision,
-    FinalDecision,
-    PersonaDecision,
-    PersonaRequest,
-    parse_decision,
-)
+from autopersona_flows.agent.decisions import PersonaDecision, PersonaRequest
+from autopersona_flows.agent.evidence import EvidencePolicy
+from autopersona_flows.agent.judges import Verdict
 from autopersona_flows.errors import PolicyError
-from autopersona_flows.memory.records import LAYERS
 from autopersona_flows.memory.retrieval import MemoryBundle, ScoredMemory
 
-__all__ = ["OUTPUT_SCHEMA", "OpenAICompatiblePolicy"]
+__all__ = ["OUTPUT_SCHEMA", "OpenAICompatibleJudge", "OpenAICompatiblePolicy", "schema_for"]
 
 logger = logging.getLogger(__name__)
 
 _SYSTEM_PROMPT = """\
-You decide, for one step of a person's task, whether the assistant can proceed \
-with final guidance or must first ask the person one clarifying question.
+You judge, for one step of a person's task, which of their stored memories answer \
+what the step needs to know.
 
-You are shown the request (the person's query, the task node, what the node requires, \
-and the tools it may use) and the evidence retrieved from this person's memory: each \
-memory's id, layer, retrieval score in [0, 1], when it was last updated, the search that \
-found it (the label "requirement:NAME" marks evidence searched for requirement NAME) \
-and its content.
+You are shown the request (the person's query and the step) and, for each requirement \
+of the step, the memories recalled for it: id, layer, when it was last said, and content. \
+Persona memories are preferences (topic, preference, strategy); trajectory memories are \
+past tasks (query, trace of actions, outcome, insight); workspace memories are state.
+
+For every requirement give one verdict:
+- "memory_ids": the memories that state the person's CURRENT value for exactly this \
+requirement, most recent first; [] if none does.
+- "value": that value in the memory's own words (or one of the requirement's options), \
+or null.
+- "ceases": true if the most recent relevant memory says the preference no longer holds \
+and gives no new value ("I don't drive any more"); then "memory_ids" lists that memory.
+- "reason": a few words.
 
 Rules:
-1. Answer "clarify" only when a required requirement has no supporting evidence among \
-the memories shown. Then ask exactly one targeted question about that requirement: name \
-what is missing and what it is for, and offer its options if it has any. Set \
-"requirement" to its name.
-2. When the request has no requirements, never ask: answer "final".
-3. Otherwise answer "final". "guidance" says in words what to do for this person. \
-"constraints" lists what the step must respect, one per memory you rely on, each with \
-the requirement it satisfies (if any) and the memory_id, layer and score of that memory \
-exactly as shown.
-4. Use only the evidence shown. Never invent memories, ids, preferences or scores.
-5. When memories on the same topic disagree, the most recently updated one is the \
-person's current preference.
+1. A memory answers only if it is about the same attribute of the same thing. A \
+neighbouring topic is not an answer: a hotel booking method is not a hotel budget, a \
+lesson length is not a quiz length, a dog training class is not a train's travel class.
+2. Vague topics ("misc", "travel") and whole sentences count when the sentence states \
+the value. A choice repeated in two or more past tasks counts; a single past choice does not.
+3. When memories disagree, the most recently said one is current.
+4. Use only the memories shown, with their ids exactly as given. Never invent a value.
 
-Reply with one JSON object and nothing else, shaped like one of:
-{"action": "final", "guidance": "...", "constraints": [{"text": "...", \
-"requirement": "...", "memory_id": "...", "layer": "persona", "score": 0.8}]}
-{"action": "clarify", "question": "...", "requirement": "...", "options": ["..."]}"""
+Reply with one JSON object and nothing else:
+{"verdicts": [{"requirement": "...", "memory_ids": ["..."], "value": "...", \
+"ceases": false, "reason": "..."}]}"""
 
 _FENCE = re.compile(r"\A```(?:json)?\s*\n(.*)\n```\Z", re.DOTALL)
 _RETRIED_STATUS = frozenset({408, 429})
 _MAX_REASON = 300
 
 
-def _output_schema() -> dict[str, Any]:
-    """The schema of a decision as the model returns it: without ``memories``.
+class _ModelVerdict(BaseModel):
+    """One requirement's verdict as the model writes it."""
 
-    Derived from `JSON_SCHEMA` so that it follows the models. The agent attaches
-    the retrieved memories itself; a model asked for them would copy (or invent)
-    the whole bundle, embeddings included.
-    """
-    schema = copy.deepcopy(JSON_SCHEMA)
-    defs: dict[str, Any] = schema["$defs"]  # type: ignore[assignment]
-    for model in (FinalDecision, ClarifyDecision):
-        definition = defs[model.__name__]
-        del definition["properties"]["memories"]
-        # The action has a default in Python, but it is the tag that tells the two apart.
-        definition["required"] = ["action", *definition["required"]]
-        definition["description"] = "\n".join(
-            line
-            for line in definition["description"].splitlines()
-            if not line.strip().startswith("memories:")
-        )
-    # Not every server's constrained decoding knows OpenAPI's "discriminator" or
-    # "oneOf"; "anyOf" of two objects with distinct "action" constants means the same.
-    schema.pop("discriminator", None)
-    schema["anyOf"] = schema.pop("oneOf")
-    reachable = set(_refs(schema.get("anyOf")))
-    pending = list(reachable)
-    while pending:
-        for name in _refs(defs[pending.pop()]):
-            if name not in reachable:
-                reachable.add(name)
-                pending.append(name)
-    schema["$defs"] = {name: defs[name] for name in sorted(reachable)}
+    model_config = ConfigDict(extra="forbid")
+
+    requirement: str
+    memory_ids: list[str] = Field(default_factory=list)
+    value: str | None = None
+    ceases: bool = False
+    reason: str = ""
+
+
+class _ModelAnswer(BaseModel):
+    """The model's whole answer: a verdict per requirement."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    verdicts: list[_ModelVerdict]
+
+
+OUTPUT_SCHEMA: dict[str, Any] = _ModelAnswer.model_json_schema()
+"""The JSON schema of the model's answer: verdicts per requirement. Each request
+narrows it to the requirements asked and the memories shown (`schema_for`), so that a
+server with constrained decoding cannot produce another name or an invented id."""
+
+
+def schema_for(asked: Mapping[str, Sequence[ScoredMemory]]) -> dict[str, Any]:
+    """`OUTPUT_SCHEMA` with the requirement names and memory ids of one request as enums."""
+    schema = copy.deepcopy(OUTPUT_SCHEMA)
+    verdict = schema["$defs"]["_ModelVerdict"]["properties"]
+    verdict["requirement"]["enum"] = list(asked)
+    ids = list(dict.fromkeys(m.record.id for memories in asked.values() for m in memories))
+    verdict["memory_ids"]["items"]["enum"] = ids
+    schema["properties"]["verdicts"] |= {"minItems": len(asked), "maxItems": len(asked)}
     return schema
 
 
-def _refs(value: Any) -> Iterator[str]:
-    """The names of the ``#/$defs/NAME`` references anywhere in ``value``."""
-    if isinstance(value, dict):
-        ref = value.get("$ref")
-        if isinstance(ref, str) and ref.startswith("#/$defs/"):
-            yield ref.removeprefix("#/$defs/")
-        for child in value.values():
-            yield from _refs(child)
-    elif isinstance(value, list):
-        for child in value:
-            yield from _refs(child)
-
-
-OUTPUT_SCHEMA: dict[str, Any] = _output_schema()
-"""The JSON schema the model's answer is asked to follow: a decision without ``memories``."""
-
-
 class _InvalidOutputError(Exception):
-    """The model answered, but not with a valid decision; worth asking again.
+    """The model answered, but not with valid verdicts; worth asking again.
 
     Args:
         problem: What is wrong, in words the model (and a person) can act on.
@@ -136,49 +126,42 @@ class _TransientError(Exception):
     """The server failed in a way that may pass (timeout, 429, 5xx); worth asking again."""
 
 
-class OpenAICompatiblePolicy:
-    """Let a language model decide final or clarify, through a chat-completions endpoint.
+ResponseFormat = Literal["json_schema", "json_object"]
+
+
+class OpenAICompatibleJudge:
+    """Let a language model judge which memories answer each requirement.
 
     Works with OpenAI, vLLM, Ollama (``http://127.0.0.1:11434/v1``), llama.cpp's
     server and any other server speaking ``POST {base_url}/chat/completions``. The
-    model is sent the request and the retrieved evidence (ids, layers, scores, the
-    search that found each memory and its content; never the user id nor any
-    embedding) and asked for a JSON decision under a JSON schema
-    (`OUTPUT_SCHEMA`).
-
-    Its answer must validate with `parse_decision`, and every constraint must cite
-    a memory it was shown; a clarification must name a required requirement of the
-    request (a request without requirements is never asked about). Each
-    constraint's ``layer`` and ``score`` are taken from the cited memory: they are
-    facts of retrieval, not the model's judgement. The decision carries no
-    memories; `PersonaAgent` attaches the retrieved ones.
+    model is sent the request and each requirement's candidates (ids, layers, when
+    last said and content; never the user id nor any embedding), one request per
+    decision, and only for requirements that have candidates: with none, nothing
+    can answer and no model is asked.
 
     Invalid output is sent back with what was wrong, and the model asked again, up
     to ``max_retries`` times. Timeouts, refused connections, HTTP 408, 429 and 5xx
-    are retried within the same budget; other HTTP errors are not.
-
-    This policy is optional: the default `EvidencePolicy` needs no model, server
-    or key.
+    are retried within the same budget; other HTTP errors are not. A server that
+    answers ``response_format: json_schema`` with HTTP 400 or 500 is asked with
+    ``json_object`` and the schema instead, at once and for every later request.
 
     Args:
-        base_url: The API root, e.g. ``"http://127.0.0.1:8000/v1"`` (a trailing
-            slash is fine).
+        base_url: The API root, e.g. ``"http://127.0.0.1:8000/v1"``.
         model: The model name the server knows.
         api_key: Sent as ``Authorization: Bearer ...`` when given; never logged.
         timeout: Seconds to wait for each response (also for an injected client).
-        temperature: Sampling temperature; 0 for the most repeatable decisions.
+        temperature: Sampling temperature; 0 for the most repeatable verdicts.
         max_retries: How many more requests after a failed one.
-        client: An `httpx.Client` to send requests with (for pooling or tests);
-            it stays open on `close`. One is made, and closed, otherwise.
+        response_format: ``"json_schema"`` (OpenAI's structured outputs, the
+            default) or ``"json_object"`` with the schema (llama.cpp, Ollama).
+        max_tokens: The most tokens an answer may take; the server's default if
+            ``None``. An answer cut off there is invalid output.
+        client: An `httpx.Client` to send requests with (pooling, tests); it stays
+            open on `close`. One is made, and closed, otherwise.
 
     Raises:
-        ValueError: If ``base_url`` is not an http(s) URL, ``model`` is empty,
-            or ``timeout`` or ``max_retries`` is out of range.
-
-    Example::
-
-        with OpenAICompatiblePolicy("http://127.0.0.1:11434/v1", "qwen2.5") as policy:
-            decision = PersonaAgent(retriever, policy).decide(request)
+        ValueError: If ``base_url`` is not an http(s) URL, ``model`` is empty, or
+            ``timeout``, ``max_retries`` or ``response_format`` is out of range.
     """
 
     def __init__(
@@ -190,8 +173,14 @@ class OpenAICompatiblePolicy:
         *,
         temperature: float = 0.0,
         max_retries: int = 1,
+        response_format: ResponseFormat = "json_schema",
+        max_tokens: int | None = None,
         client: httpx.Client | None = None,
     ) -> None:
+        if max_tokens is not None and (
+            isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
+        ):
+            raise ValueError(f"max_tokens must be a positive int or None, got {max_tokens!r}")
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ValueError(
                 f"base_url must be an http(s) URL such as 'http://127.0.0.1:8000/v1', "
@@ -203,18 +192,24 @@ class OpenAICompatiblePolicy:
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
         if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
             raise ValueError(f"max_retries must be a non-negative int, got {max_retries!r}")
+        if response_format not in ("json_schema", "json_object"):
+            raise ValueError(
+                f"response_format must be 'json_schema' or 'json_object', got {response_format!r}"
+            )
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.timeout = timeout
         self.temperature = temperature
         self.max_retries = max_retries
+        self.response_format: ResponseFormat = response_format
+        self.max_tokens = max_tokens
         self._api_key = api_key
         self._owns_client = client is None
         self._client = client if client is not None else httpx.Client()
 
     def __repr__(self) -> str:
         # The api key stays out: reprs end up in logs and Prefect's UI.
-        return f"OpenAICompatiblePolicy({self.base_url!r}, {self.model!r})"
+        return f"OpenAICompatibleJudge({self.base_url!r}, {self.model!r})"
 
     def __enter__(self) -> Self:
         return self
@@ -223,7 +218,7 @@ class OpenAICompatiblePolicy:
         self.close()
 
     def close(self) -> None:
-        """Close the HTTP client if this policy made it; an injected one stays open."""
+        """Close the HTTP client if this judge made it; an injected one stays open."""
         if self._owns_client:
             self._client.close()
 
@@ -232,41 +227,41 @@ class OpenAICompatiblePolicy:
         """The endpoint requests are sent to."""
         return f"{self.base_url}/chat/completions"
 
-    def decide(self, request: PersonaRequest, memories: MemoryBundle) -> PersonaDecision:
-        """Ask the model for a decision on ``request`` given ``memories``.
-
-        Returns:
-            A checked decision without memories (`PersonaAgent` attaches them).
+    def judge(
+        self, request: PersonaRequest, candidates: Mapping[str, Sequence[ScoredMemory]]
+    ) -> dict[str, list[Verdict]]:
+        """Ask the model for a verdict per requirement that has candidates.
 
         Raises:
             PolicyError: If the model's last answer is invalid (the message says
                 why), or the server cannot be reached or answers with an error
                 (the message gives the HTTP status or the failure).
         """
-        shown = {memory.record.id: memory for memory in memories}
+        asked = {name: list(memories) for name, memories in candidates.items() if memories}
+        verdicts: dict[str, list[Verdict]] = {name: [] for name in candidates}
+        if not asked:
+            return verdicts
         messages: list[dict[str, str]] = [
             {"role": "system", "content": _SYSTEM_PROMPT},
-            {"role": "user", "content": _prompt(request, memories)},
+            {"role": "user", "content": _prompt(request, asked)},
         ]
+        schema = schema_for(asked)
         attempts = 1 + self.max_retries
         for attempt in range(1, attempts + 1):
             try:
-                content = self._complete(messages)
-                return _checked(content, request, shown)
+                return verdicts | _checked(self._complete(messages, schema), asked)
             except _TransientError as exc:
                 if attempt == attempts:
-                    raise PolicyError(
-                        f"{exc} (after {attempts} request{'s' if attempts > 1 else ''})"
-                    ) from exc.__cause__
+                    raise PolicyError(f"{exc} (after {_requests(attempts)})") from exc.__cause__
                 logger.warning("%s; trying again (%d/%d)", exc, attempt, attempts)
             except _InvalidOutputError as exc:
                 if attempt == attempts:
                     raise PolicyError(
-                        f"model {self.model!r} at {self.url} gave an invalid decision "
-                        f"after {attempts} request{'s' if attempts > 1 else ''}: {exc}"
+                        f"model {self.model!r} at {self.url} gave invalid verdicts after "
+                        f"{_requests(attempts)}: {exc}"
                     ) from None
                 logger.warning(
-                    "model %r gave an invalid decision (%s); asking again (%d/%d)",
+                    "model %r gave invalid verdicts (%s); asking again (%d/%d)",
                     self.model,
                     exc,
                     attempt,
@@ -282,28 +277,19 @@ class OpenAICompatiblePolicy:
                 ]
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _complete(self, messages: list[dict[str, str]]) -> str:
+    def _complete(self, messages: list[dict[str, str]], schema: dict[str, Any]) -> str:
         """Send ``messages`` and return the answer's text."""
-        headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
-        body = {
-            "model": self.model,
-            "messages": messages,
-            "temperature": self.temperature,
-            "response_format": {
-                "type": "json_schema",
-                "json_schema": {
-                    "name": "persona_decision",
-                    "schema": OUTPUT_SCHEMA,
-                    "strict": False,
-                },
-            },
-        }
-        try:
-            response = self._client.post(self.url, json=body, headers=headers, timeout=self.timeout)
-        except httpx.TimeoutException as exc:
-            raise _TransientError(f"{self.url} did not answer within {self.timeout:g} s") from exc
-        except httpx.TransportError as exc:
-            raise _TransientError(f"cannot reach {self.url}: {exc or type(exc).__name__}") from exc
+        response = self._post(messages, schema)
+        if self.response_format == "json_schema" and response.status_code in (400, 500):
+            logger.warning(
+                "%s refused response_format json_schema (HTTP %d: %s); asking with "
+                "json_object and the schema from now on",
+                self.url,
+                response.status_code,
+                _reason(response),
+            )
+            self.response_format = "json_object"
+            response = self._post(messages, schema)
         if response.status_code in _RETRIED_STATUS or response.is_server_error:
             raise _TransientError(
                 f"{self.url} answered HTTP {response.status_code}: {_reason(response)}"
@@ -329,93 +315,183 @@ class OpenAICompatiblePolicy:
             raise _InvalidOutputError("the answer was cut off (finish_reason 'length')", content)
         return content
 
+    def _post(self, messages: list[dict[str, str]], schema: dict[str, Any]) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+        response_format: dict[str, Any] = (
+            {
+                "type": "json_schema",
+                "json_schema": {"name": "verdicts", "schema": schema, "strict": False},
+            }
+            if self.response_format == "json_schema"
+            else {"type": "json_object", "schema": schema}
+        )
+        body = {
+            "model": self.model,
+            "messages": messages,
+            "temperature": self.temperature,
+            "response_format": response_format,
+        }
+        if self.max_tokens is not None:
+            body["max_tokens"] = self.max_tokens
+        try:
+            return self._client.post(self.url, json=body, headers=headers, timeout=self.timeout)
+        except httpx.TimeoutException as exc:
+            raise _TransientError(f"{self.url} did not answer within {self.timeout:g} s") from exc
+        except httpx.TransportError as exc:
+            raise _TransientError(f"cannot reach {self.url}: {exc or type(exc).__name__}") from exc
 
-def _prompt(request: PersonaRequest, memories: MemoryBundle) -> str:
-    """The user message: the request and the evidence, as JSON.
+
+class OpenAICompatiblePolicy:
+    """`EvidencePolicy` with an `OpenAICompatibleJudge`: the model judges, the policy decides.
+
+    Takes the judge's arguments (see `OpenAICompatibleJudge`); ``threshold``,
+    ``margin`` and ``max_guidance`` go to the `EvidencePolicy`. Guidance beyond
+    the requirements (standing constraints, memories about the work) is the
+    policy's own, without the model. This policy is optional: the default
+    `EvidencePolicy` needs no model, server or key.
+
+    Example::
+
+        with OpenAICompatiblePolicy("http://127.0.0.1:11434/v1", "qwen2.5") as policy:
+            decision = PersonaAgent(retriever, policy).decide(request)
+    """
+
+    asks_without_requirements: ClassVar[bool] = False  # see `Policy`: never asks without
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        timeout: float = 30.0,
+        *,
+        temperature: float = 0.0,
+        max_retries: int = 1,
+        response_format: ResponseFormat = "json_schema",
+        max_tokens: int | None = None,
+        client: httpx.Client | None = None,
+        threshold: float = 0.5,
+        margin: float = 0.1,
+        max_guidance: int = 5,
+    ) -> None:
+        self.judge = OpenAICompatibleJudge(
+            base_url,
+            model,
+            api_key,
+            timeout,
+            temperature=temperature,
+            max_retries=max_retries,
+            response_format=response_format,
+            max_tokens=max_tokens,
+            client=client,
+        )
+        self._policy = EvidencePolicy(threshold, margin, max_guidance, judge=self.judge)
+
+    def __repr__(self) -> str:
+        return f"OpenAICompatiblePolicy({self.judge.base_url!r}, {self.judge.model!r})"
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the judge's HTTP client if it made it."""
+        self.judge.close()
+
+    def decide(self, request: PersonaRequest, memories: MemoryBundle) -> PersonaDecision:
+        """Decide as `EvidencePolicy` does, with the model as the judge."""
+        return self._policy.decide(request, memories)
+
+
+def _requests(count: int) -> str:
+    return f"{count} request{'s' if count > 1 else ''}"
+
+
+def _prompt(request: PersonaRequest, asked: Mapping[str, list[ScoredMemory]]) -> str:
+    """The user message: the request and each requirement's candidates, as JSON.
 
     The user id is left out (the model has no use for it) and so are embeddings.
     """
-    task: dict[str, Any] = {
+    requirements = {r.name: r for r in request.requirements}
+    task = {
         "query": request.query,
         "node": request.node.model_dump(mode="json") if request.node else None,
         "requirements": [
-            requirement.model_dump(mode="json") for requirement in request.requirements
+            {
+                **requirements[name].model_dump(
+                    mode="json", include={"name", "description", "question", "options"}
+                ),
+                "candidates": [_candidate(memory) for memory in memories],
+            }
+            for name, memories in asked.items()
         ],
-        "additional_tools": list(request.additional_tools),
     }
-    evidence = {layer: [_evidence(memory) for memory in memories.layer(layer)] for layer in LAYERS}
-    return _json.dumps({"request": task, "evidence": evidence}).decode()
+    return _json.dumps(task).decode()
 
 
-def _evidence(memory: ScoredMemory) -> dict[str, Any]:
+def _candidate(memory: ScoredMemory) -> dict[str, Any]:
     record = memory.record
     return {
         "memory_id": record.id,
         "layer": record.layer,
-        "score": round(memory.score, 4),
-        "updated_at": record.updated_at.isoformat(),
-        "found_by": {"label": memory.search.label, "query": memory.search.query},
+        "said_at": record.updated_at.isoformat(),
         "content": record.content.model_dump(mode="json"),
     }
 
 
-def _checked(
-    content: str, request: PersonaRequest, shown: dict[str, ScoredMemory]
-) -> PersonaDecision:
+def _checked(content: str, asked: Mapping[str, list[ScoredMemory]]) -> dict[str, list[Verdict]]:
     """Validate the model's answer against the schema and against what it was shown."""
     text = content.strip()
     fenced = _FENCE.match(text)
     if fenced:  # some servers ignore response_format and the model answers in markdown
         text = fenced.group(1)
     try:
-        value = _json.loads(text)
-    except _json.JSONDecodeError as exc:
-        raise _InvalidOutputError(f"it is not JSON ({exc})", content) from None
-    if not isinstance(value, dict):
-        raise _InvalidOutputError(f"expected a JSON object, got {type(value).__name__}", content)
-    if "memories" in value:
-        raise _InvalidOutputError(
-            "'memories' must not be returned; they are attached for you", content
+        answer = _ModelAnswer.model_validate_json(text)
+    except ValidationError as exc:
+        problem = "; ".join(
+            f"{'.'.join(map(str, error['loc'])) or 'answer'}: {error['msg']}"
+            for error in exc.errors()
         )
-    try:
-        decision = parse_decision(value)
-    except PolicyError as exc:
-        raise _InvalidOutputError(str(exc), content) from None
-    names = {requirement.name for requirement in request.requirements}
-    if isinstance(decision, ClarifyDecision):
-        required = [r.name for r in request.requirements if r.required]
-        if not required:
+        raise _InvalidOutputError(f"it is not a valid verdicts object ({problem})", content) from None
+    verdicts: dict[str, list[Verdict]] = {}
+    for i, given in enumerate(answer.verdicts):
+        if given.requirement not in asked:
             raise _InvalidOutputError(
-                "a clarification was given, but the request has no required requirements: "
-                "answer 'final'",
+                f"verdicts[{i}] is for {given.requirement!r}, which was not asked about; "
+                f"the requirements are {sorted(asked)}",
                 content,
             )
-        if decision.requirement not in required:
+        if given.requirement in verdicts:
             raise _InvalidOutputError(
-                f"a clarification must name the required requirement it asks about, one of "
-                f"{required}; got {decision.requirement!r}",
+                f"{given.requirement!r} has two verdicts; give exactly one", content
+            )
+        shown = {memory.record.id for memory in asked[given.requirement]}
+        stray = [memory_id for memory_id in given.memory_ids if memory_id not in shown]
+        if stray:
+            raise _InvalidOutputError(
+                f"verdicts[{i}] cites {stray}, which are not among the memories shown for "
+                f"{given.requirement!r}",
                 content,
             )
-        return decision
-    constraints = []
-    for i, constraint in enumerate(decision.constraints):
-        cited = shown.get(constraint.memory_id)
-        if cited is None:
-            raise _InvalidOutputError(
-                f"constraints[{i}] cites memory_id {constraint.memory_id!r}, which is not "
-                f"among the memories shown",
-                content,
+        reason = given.reason.strip() or "the model's verdict"
+        verdicts[given.requirement] = [
+            Verdict(
+                memory_id=memory_id,
+                answers=not given.ceases,
+                strength=1.0 if position == 0 else 0.9,
+                # Without a value the memory's own words stand (the constraint quotes it).
+                value=None if given.ceases else (given.value or "").strip() or None,
+                ceases=given.ceases and position == 0,
+                reason=reason,
             )
-        if constraint.requirement is not None and constraint.requirement not in names:
-            raise _InvalidOutputError(
-                f"constraints[{i}] names requirement {constraint.requirement!r}, which the "
-                f"request does not have (it has {sorted(names)})",
-                content,
-            )
-        constraints.append(
-            constraint.model_copy(update={"layer": cited.record.layer, "score": cited.score})
-        )
-    return decision.model_copy(update={"constraints": constraints})
+            for position, memory_id in enumerate(given.memory_ids)
+        ]
+    missing = sorted(set(asked) - set(verdicts))
+    if missing:
+        raise _InvalidOutputError(f"there is no verdict for {missing}", content)
+    return verdicts
 
 
 def _reason(response: httpx.Response) -> str:

@@ -111,7 +111,8 @@ _CHANGE = re.compile(
 )
 
 _CLAUSE_BREAK = re.compile(
-    "[.;!?\n]+|,|\\(|\\)|\\s[-\u2013\u2014]\\s|\\b(?:but|though|although|except|whereas)\\b"
+    "[.;!?\n]+|,|\\(|\\)|\\s[-\u2013\u2014]\\s|\\b(?:but|though|although|except|whereas)\\b",
+    re.IGNORECASE,
 )
 
 _DAYS = (
@@ -264,8 +265,12 @@ def root(word: str) -> str:
 
 def words(text: str) -> list[str]:
     """The lowercase words of ``text``: apostrophes kept inside ("can't"), possessives cut."""
-    found = [match.replace("\u2019", "'") for match in _WORD.findall(text.casefold())]
-    return [word[:-2] if word.endswith("'s") else word for word in found]
+    return [word.casefold() for word in _written(text)]
+
+
+def _written(text: str) -> list[str]:
+    found = [match.replace("\u2019", "'") for match in _WORD.findall(text)]
+    return [word[:-2] if word.lower().endswith("'s") else word for word in found]
 
 
 def _is_content(word: str) -> bool:
@@ -407,7 +412,7 @@ class Clause:
     Attributes:
         roots: The roots of its words, in order (stop words included, for positions).
         content: For each word, whether it carries meaning (see `content_roots`).
-        surface: Its words as written, in order.
+        surface: Its words as written (case kept), in order.
         joined: Its roots plus every two neighbouring words joined ("pick up" ->
             "pickup"), for finding a word written in two.
         negated: Positions of negation words.
@@ -442,8 +447,9 @@ class Clause:
 def clauses(text: str) -> tuple[Clause, ...]:
     """Split ``text`` into clauses at punctuation and contrasts ("but", "though")."""
     result = []
-    for part in _CLAUSE_BREAK.split(text.casefold()):
-        tokens = words(part.replace("-", " ").replace("_", " "))
+    for part in _CLAUSE_BREAK.split(text):
+        written = _written(part.replace("-", " ").replace("_", " "))
+        tokens = [word.casefold() for word in written]
         if not tokens:
             continue
         lowered = " ".join(tokens)
@@ -453,7 +459,7 @@ def clauses(text: str) -> tuple[Clause, ...]:
             Clause(
                 roots=roots,
                 content=tuple(_is_content(word) for word in tokens),
-                surface=tuple(tokens),
+                surface=tuple(written),
                 joined=frozenset(roots) | pairs,
                 negated=tuple(i for i, word in enumerate(tokens) if word in _NEGATIONS),
                 preferring=any(word in _PREFERENCE_CUES for word in tokens),

@@ -14,6 +14,7 @@ from autopersona_flows import (
     PolicyError,
     RetrievalError,
     SearchRequest,
+    TrajectoryMemory,
     WorkspaceMemory,
 )
 from autopersona_flows.agent import (
@@ -83,8 +84,9 @@ def test_missing_preference_asks_one_question_naming_it_the_node_and_the_options
     assert isinstance(decision, ClarifyDecision)
     assert decision.requirement == "citation style"
     assert decision.options == ["APA", "MLA", "Chicago"]
-    for part in ("citation style", "format-bibliography", "APA, MLA, Chicago"):
+    for part in ("citation style", "to format the bibliography", "APA, MLA, Chicago"):
         assert part in decision.question
+    assert "format-bibliography" not in decision.question  # a node id means nothing to a person
     # The near miss ("citation manager") was retrieved but did not count as evidence.
     assert any(m.record.content.topic == "citation manager" for m in decision.memories.persona)
 
@@ -186,10 +188,10 @@ def test_the_first_missing_of_several_requirements_is_asked(agent: PersonaAgent)
 
 
 def test_earlier_choices_are_offered_when_no_options_are_declared(store: JsonlMemoryStore) -> None:
-    store.add("ada", PersonaMemory(topic="Citation Style", preference="APA"))
-    strict = PersonaAgent(MemoryRetriever(store), policy=EvidencePolicy(threshold=1.0))
-    decision = strict.decide(request("ada", Requirement("citation style")))
-    assert decision.options == ["APA"]
+    # One past task chose a style: not enough to apply it, enough to offer it.
+    store.add("ada", TrajectoryMemory(query="Fix the refs", trace=["formatted citations in APA"]))
+    decision = PersonaAgent(MemoryRetriever(store)).decide(request("ada", Requirement("citation style")))
+    assert (decision.action, decision.options) == ("clarify", ["APA"])
 
 
 def test_a_high_risk_step_can_demand_stronger_evidence(store: JsonlMemoryStore) -> None:

@@ -1,4 +1,4 @@
-"""OpenAICompatiblePolicy against a real HTTP server on 127.0.0.1 that replies from a script."""
+"""OpenAICompatibleJudge / Policy against a real HTTP server on 127.0.0.1 that replies from a script."""
 
 import base64
 import json
@@ -22,7 +22,12 @@ from autopersona_flows.agent import (
     PersonaRequest,
     Requirement,
 )
-from autopersona_flows.agent.openai import OUTPUT_SCHEMA, OpenAICompatiblePolicy
+from autopersona_flows.agent.openai import (
+    OUTPUT_SCHEMA,
+    OpenAICompatibleJudge,
+    OpenAICompatiblePolicy,
+    schema_for,
+)
 from autopersona_flows.memory.records import Embedding, MemoryRecord, WorkspaceMemory
 from autopersona_flows.memory.retrieval import (
     MemoryBundle,
@@ -169,93 +174,119 @@ BUNDLE = MemoryBundle(
         )
     ],
 )
-FINAL = {
-    "action": "final",
-    "guidance": "Use APA.",
-    "constraints": [
+ANSWERED = {
+    "verdicts": [
         {
-            "text": "citation style: APA",
             "requirement": "citation style",
-            "memory_id": APA.id,
-            "layer": "persona",
-            "score": 0.81,
+            "memory_ids": [APA.id],
+            "value": "APA",
+            "reason": "the stored citation style",
         }
-    ],
+    ]
 }
-CLARIFY = {
-    "action": "clarify",
-    "question": "Which citation style should I use: APA or MLA?",
-    "requirement": "citation style",
-    "options": ["APA", "MLA"],
-}
+UNANSWERED = {"verdicts": [{"requirement": "citation style", "memory_ids": [], "value": None}]}
 
 
 def user_message(body: dict[str, Any]) -> dict[str, Any]:
     return json.loads(body["messages"][1]["content"])
 
 
-def test_final_decision_round_trip(
+def test_a_verdict_round_trip_becomes_a_final_decision(
     server: FakeServer, make_policy: Callable[..., OpenAICompatiblePolicy]
 ) -> None:
-    server.script(completion(FINAL))
+    server.script(completion(ANSWERED))
     policy = make_policy(base_url=server.url + "/", temperature=0.2)
 
     decision = policy.decide(REQUEST, BUNDLE)
 
     assert isinstance(decision, FinalDecision)
-    assert decision.guidance == "Use APA."
-    (constraint,) = decision.constraints
-    assert (constraint.memory_id, constraint.layer) == (APA.id, "persona")
-    assert constraint.score == 0.8123456  # the retrieval's score, not the model's rounding
-    assert not decision.memories  # the agent attaches them
+    (constraint,) = [c for c in decision.constraints if c.requirement]
+    assert (constraint.memory_id, constraint.layer, constraint.value) == (APA.id, "persona", "APA")
+    assert constraint.reason == "the stored citation style"
+    assert "citation style: APA" in decision.guidance
     (request,) = server.requests
     assert request["path"] == "/v1/chat/completions"
-    assert request["headers"]["content-type"] == "application/json"
     body = request["body"]
     assert (body["model"], body["temperature"]) == ("test-model", 0.2)
     assert [m["role"] for m in body["messages"]] == ["system", "user"]
-    assert "exactly one" in body["messages"][0]["content"]
+    schema = body["response_format"]["json_schema"]["schema"]
     assert body["response_format"] == {
         "type": "json_schema",
-        "json_schema": {"name": "persona_decision", "schema": OUTPUT_SCHEMA, "strict": False},
+        "json_schema": {"name": "verdicts", "schema": schema, "strict": False},
     }
+    # Narrowed to this request: constrained decoding cannot name anything else.
+    verdict = schema["$defs"]["_ModelVerdict"]["properties"]
+    assert verdict["requirement"]["enum"] == ["citation style"]
+    assert verdict["memory_ids"]["items"]["enum"] == [DRAFT.id, APA.id]
+    assert schema["properties"]["verdicts"]["minItems"] == 1
     sent = user_message(body)
-    assert sent["request"] == {
-        "query": "format my bibliography",
-        "node": {"id": "cite", "instruction": "Format the references"},
-        "requirements": [CITATION.model_dump(mode="json")],
-        "additional_tools": ["zotero"],
-    }
-    assert sent["evidence"]["trajectory"] == []
-    (persona,) = sent["evidence"]["persona"]
-    assert persona["memory_id"] == APA.id
-    assert persona["layer"] == "persona"
-    assert persona["score"] == 0.8123
-    assert persona["found_by"]["label"] == "requirement:citation style"
+    assert sent["query"] == "format my bibliography"
+    assert sent["node"] == {"id": "cite", "instruction": "Format the references"}
+    (requirement,) = sent["requirements"]
+    assert requirement["name"] == "citation style"
+    assert requirement["options"] == ["APA", "MLA"]
+    # The requirement's candidates: its own search's finds and the request's.
+    assert [c["memory_id"] for c in requirement["candidates"]] == [DRAFT.id, APA.id]
+    persona = next(c for c in requirement["candidates"] if c["memory_id"] == APA.id)
     assert persona["content"] == APA.content.model_dump(mode="json")
-    (workspace,) = sent["evidence"]["workspace"]
-    assert workspace["content"]["state"] == {"chapter": 3}
+    assert persona["said_at"] == APA.updated_at.isoformat()
     text = body["messages"][1]["content"]
     assert "embedding" not in text
     assert base64.b64encode(VECTOR.vector).decode() not in text
     assert "user-7f3a9c" not in json.dumps(body)
 
 
-def test_clarify_decision(
+def test_no_memory_answers_so_the_policy_asks(
     server: FakeServer, make_policy: Callable[..., OpenAICompatiblePolicy]
 ) -> None:
-    server.script(completion(CLARIFY))
+    server.script(completion(UNANSWERED))
 
-    decision = make_policy().decide(REQUEST, MemoryBundle())
+    decision = make_policy().decide(REQUEST, BUNDLE)
 
     assert isinstance(decision, ClarifyDecision)
-    assert decision.question == CLARIFY["question"]
     assert (decision.requirement, decision.options) == ("citation style", ["APA", "MLA"])
-    assert user_message(server.bodies()[0])["evidence"] == {
-        "trajectory": [],
-        "workspace": [],
-        "persona": [],
-    }
+    assert "citation style" in decision.question
+
+
+def test_nothing_recalled_asks_without_calling_the_model(
+    server: FakeServer, make_policy: Callable[..., OpenAICompatiblePolicy]
+) -> None:
+    assert make_policy().decide(REQUEST, MemoryBundle()).action == "clarify"
+    no_requirements = REQUEST.model_copy(update={"requirements": []})
+    assert make_policy().decide(no_requirements, BUNDLE).action == "final"
+    assert server.requests == []
+
+
+def test_a_ceased_preference_is_asked_about(
+    server: FakeServer, make_policy: Callable[..., OpenAICompatiblePolicy]
+) -> None:
+    server.script(
+        completion(
+            {
+                "verdicts": [
+                    {"requirement": "citation style", "memory_ids": [APA.id], "ceases": True}
+                ]
+            }
+        )
+    )
+    assert make_policy().decide(REQUEST, BUNDLE).action == "clarify"
+
+
+def test_a_server_refusing_json_schema_is_asked_with_json_object_from_then_on(
+    server: FakeServer, make_policy: Callable[..., OpenAICompatiblePolicy]
+) -> None:
+    # llama.cpp's server answers HTTP 500 to response_format json_schema.
+    server.script((500, {"error": {"message": "Unrecognized schema"}}), *[completion(ANSWERED)] * 2)
+    policy = make_policy()
+
+    assert policy.decide(REQUEST, BUNDLE).action == "final"
+    assert policy.decide(REQUEST, BUNDLE).action == "final"
+
+    formats = [body["response_format"] for body in server.bodies()]
+    assert formats[0]["type"] == "json_schema"
+    schema = formats[0]["json_schema"]["schema"]
+    assert formats[1:] == [{"type": "json_object", "schema": schema}] * 2
+    assert policy.judge.response_format == "json_object"
 
 
 def test_authorization_header_only_with_an_api_key(
@@ -263,7 +294,7 @@ def test_authorization_header_only_with_an_api_key(
     make_policy: Callable[..., OpenAICompatiblePolicy],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    server.script(completion(FINAL), completion("not json"), completion(FINAL))
+    server.script(completion(ANSWERED), completion("not json"), completion(ANSWERED))
     caplog.set_level(logging.DEBUG)
 
     make_policy().decide(REQUEST, BUNDLE)
@@ -275,56 +306,56 @@ def test_authorization_header_only_with_an_api_key(
     assert [r["headers"]["authorization"] for r in with_key] == ["Bearer sk-secret-123"] * 2
     assert caplog.records  # the retry was logged ...
     assert "sk-secret-123" not in caplog.text  # ... without the key
-    assert "sk-secret-123" not in repr(keyed)
+    assert "sk-secret-123" not in repr(keyed) + repr(keyed.judge)
 
 
-def test_invalid_json_is_retried_once_with_the_problem(
+def test_invalid_output_is_retried_once_with_the_problem(
     server: FakeServer, make_policy: Callable[..., OpenAICompatiblePolicy]
 ) -> None:
-    server.script(completion("Sure! The decision is final."), completion(FINAL))
+    server.script(completion("Sure! APA it is."), completion(ANSWERED))
 
-    decision = make_policy().decide(REQUEST, BUNDLE)
+    assert make_policy().decide(REQUEST, BUNDLE).action == "final"
 
-    assert isinstance(decision, FinalDecision)
     first, second = server.bodies()
     assert second["messages"][:2] == first["messages"]
     bad, feedback = second["messages"][2:]
-    assert bad == {"role": "assistant", "content": "Sure! The decision is final."}
+    assert bad == {"role": "assistant", "content": "Sure! APA it is."}
     assert feedback["role"] == "user"
-    assert "not JSON" in feedback["content"]
+    assert "not a valid verdicts object" in feedback["content"]
 
 
-def test_a_decision_in_a_markdown_fence_is_accepted(
+def test_verdicts_in_a_markdown_fence_are_accepted(
     server: FakeServer, make_policy: Callable[..., OpenAICompatiblePolicy]
 ) -> None:
-    server.script(completion(f"```json\n{json.dumps(CLARIFY)}\n```"))
+    server.script(completion(f"```json\n{json.dumps(ANSWERED)}\n```"))
 
-    assert isinstance(make_policy().decide(REQUEST, BUNDLE), ClarifyDecision)
+    assert make_policy().decide(REQUEST, BUNDLE).action == "final"
     assert len(server.requests) == 1
+
+
+VERDICT = ANSWERED["verdicts"][0]
 
 
 @pytest.mark.parametrize(
     ("answer", "problem"),
     [
-        pytest.param("{not json", "not JSON", id="invalid-json"),
-        pytest.param(["final"], "expected a JSON object", id="not-an-object"),
-        pytest.param({**CLARIFY, "action": "Clarify"}, "'final', 'clarify'", id="Clarify"),
-        pytest.param({**CLARIFY, "question": "  "}, "must not be empty", id="empty-question"),
-        pytest.param({**FINAL, "confidence": 0.9}, "Extra inputs", id="extra-field"),
-        pytest.param({**FINAL, "memories": {}}, "'memories' must not be", id="memories"),
+        pytest.param("{not json", "not a valid verdicts object", id="invalid-json"),
+        pytest.param(["final"], "not a valid verdicts object", id="not-an-object"),
+        pytest.param({"verdicts": []}, "no verdict for ['citation style']", id="missing"),
         pytest.param(
-            {**FINAL, "constraints": [{**FINAL["constraints"][0], "memory_id": "01INVENTED"}]},
-            "'01INVENTED', which is not among the memories shown",
+            {"verdicts": [{**VERDICT, "confidence": 0.9}]}, "Extra inputs", id="extra-field"
+        ),
+        pytest.param(
+            {"verdicts": [{**VERDICT, "memory_ids": ["01INVENTED"]}]},
+            "['01INVENTED'], which are not among the memories shown",
             id="invented-memory-id",
         ),
         pytest.param(
-            {**FINAL, "constraints": [{**FINAL["constraints"][0], "requirement": "tone"}]},
-            "requirement 'tone', which the request does not have",
+            {"verdicts": [VERDICT, {**VERDICT, "requirement": "tone"}]},
+            "'tone', which was not asked about",
             id="unknown-requirement",
         ),
-        pytest.param(
-            {**CLARIFY, "requirement": None}, "must name the required requirement", id="unnamed"
-        ),
+        pytest.param({"verdicts": [VERDICT, VERDICT]}, "two verdicts", id="twice"),
     ],
 )
 def test_invalid_output_twice_raises_after_exactly_two_requests(
@@ -335,7 +366,7 @@ def test_invalid_output_twice_raises_after_exactly_two_requests(
 ) -> None:
     server.script(completion(answer), completion(answer))
 
-    with pytest.raises(PolicyError, match="invalid decision after 2 requests") as raised:
+    with pytest.raises(PolicyError, match="invalid verdicts after 2 requests") as raised:
         make_policy().decide(REQUEST, BUNDLE)
 
     assert problem in str(raised.value)
@@ -343,45 +374,33 @@ def test_invalid_output_twice_raises_after_exactly_two_requests(
     assert problem in server.bodies()[1]["messages"][-1]["content"]
 
 
-def test_a_clarification_without_requirements_is_invalid(
-    server: FakeServer, make_policy: Callable[..., OpenAICompatiblePolicy]
-) -> None:
-    server.script(completion(CLARIFY), completion({"action": "final", "guidance": "Go ahead."}))
-    request = REQUEST.model_copy(update={"requirements": []})
-
-    decision = make_policy().decide(request, BUNDLE)
-
-    assert decision == FinalDecision(guidance="Go ahead.")
-    assert "no required requirements" in server.bodies()[1]["messages"][-1]["content"]
-
-
 def test_max_retries_is_the_budget(
     server: FakeServer, make_policy: Callable[..., OpenAICompatiblePolicy]
 ) -> None:
-    server.script(*[completion("nope")] * 3, completion(FINAL))
+    server.script(*[completion("nope")] * 3, completion(ANSWERED))
 
     with pytest.raises(PolicyError, match="after 1 request:"):
         make_policy(max_retries=0).decide(REQUEST, BUNDLE)
-    assert isinstance(make_policy(max_retries=2).decide(REQUEST, BUNDLE), FinalDecision)
+    assert make_policy(max_retries=2).decide(REQUEST, BUNDLE).action == "final"
     assert len(server.requests) == 4
 
 
 def test_a_truncated_answer_is_reported_as_such(
     server: FakeServer, make_policy: Callable[..., OpenAICompatiblePolicy]
 ) -> None:
-    server.script(completion('{"action": "fin', finish_reason="length"))
+    server.script(completion('{"verdicts": [', finish_reason="length"))
 
     with pytest.raises(PolicyError, match="cut off"):
         make_policy(max_retries=0).decide(REQUEST, BUNDLE)
 
 
-def test_http_500_raises_with_the_status_after_the_retry(
+def test_http_503_raises_with_the_status_after_the_retry(
     server: FakeServer, make_policy: Callable[..., OpenAICompatiblePolicy]
 ) -> None:
     error = {"error": {"message": "CUDA out of memory", "type": "server_error"}}
-    server.script((500, error), (500, error))
+    server.script((503, error), (503, error))
 
-    with pytest.raises(PolicyError, match=r"HTTP 500: CUDA out of memory \(after 2 requests\)"):
+    with pytest.raises(PolicyError, match=r"HTTP 503: CUDA out of memory \(after 2 requests\)"):
         make_policy().decide(REQUEST, BUNDLE)
     assert len(server.requests) == 2
 
@@ -389,9 +408,9 @@ def test_http_500_raises_with_the_status_after_the_retry(
 def test_a_transient_error_then_success(
     server: FakeServer, make_policy: Callable[..., OpenAICompatiblePolicy]
 ) -> None:
-    server.script((503, "overloaded"), completion(FINAL))
+    server.script((503, "overloaded"), completion(ANSWERED))
 
-    assert isinstance(make_policy().decide(REQUEST, BUNDLE), FinalDecision)
+    assert make_policy().decide(REQUEST, BUNDLE).action == "final"
     assert server.bodies()[0] == server.bodies()[1]  # the same question, no feedback
 
 
@@ -436,7 +455,7 @@ def test_a_timeout_raises(
 
 
 def test_an_injected_client_is_used_and_left_open(server: FakeServer) -> None:
-    server.script(completion(FINAL))
+    server.script(completion(ANSWERED))
     with httpx.Client(headers={"X-Pool": "shared"}) as client:
         with OpenAICompatiblePolicy(server.url, "test-model", client=client) as policy:
             policy.decide(REQUEST, BUNDLE)
@@ -447,7 +466,7 @@ def test_an_injected_client_is_used_and_left_open(server: FakeServer) -> None:
 def test_a_policy_closes_the_client_it_made(server: FakeServer) -> None:
     with OpenAICompatiblePolicy(server.url, "test-model") as policy:
         pass
-    assert policy._client.is_closed
+    assert policy.judge._client.is_closed
 
 
 @pytest.mark.parametrize(
@@ -458,56 +477,44 @@ def test_a_policy_closes_the_client_it_made(server: FakeServer) -> None:
         ({"timeout": 0}, "timeout"),
         ({"max_retries": -1}, "max_retries"),
         ({"max_retries": True}, "max_retries"),
+        ({"response_format": "yaml"}, "response_format"),
     ],
 )
 def test_invalid_arguments(arguments: dict[str, Any], message: str) -> None:
     options = {"base_url": "http://127.0.0.1:8000/v1", "model": "m"} | arguments
     with pytest.raises(ValueError, match=message):
-        OpenAICompatiblePolicy(**options)
+        OpenAICompatibleJudge(**options)
 
 
-def test_the_output_schema_is_a_decision_without_memories() -> None:
+def test_the_output_schema_is_verdicts_per_requirement() -> None:
+    narrowed = schema_for({"citation style": BUNDLE.persona})
+    assert OUTPUT_SCHEMA["properties"]["verdicts"].get("minItems") is None  # not changed
+    assert narrowed["properties"]["verdicts"]["maxItems"] == 1
     text = json.dumps(OUTPUT_SCHEMA)
-    assert "memories" not in text
     assert "Embedding" not in text
-    assert sorted(OUTPUT_SCHEMA["$defs"]) == ["ClarifyDecision", "Constraint", "FinalDecision"]
-    final = OUTPUT_SCHEMA["$defs"]["FinalDecision"]
-    assert final["required"] == ["action", "guidance"]
-    assert final["additionalProperties"] is False
+    assert OUTPUT_SCHEMA["required"] == ["verdicts"]
+    verdict = OUTPUT_SCHEMA["$defs"]["_ModelVerdict"]
+    assert verdict["required"] == ["requirement"]
+    assert verdict["additionalProperties"] is False
 
 
 def rule_following_model(body: dict[str, Any]) -> tuple[int, Any]:
-    """A model that follows the system prompt: cite the requirement's evidence, else ask."""
-    sent = user_message(body)
-    (requirement,) = sent["request"]["requirements"]
-    label = f"requirement:{requirement['name']}"
-    evidence = [m for m in sent["evidence"]["persona"] if m["found_by"]["label"] == label]
-    if not evidence:
-        return completion(
+    """A model that follows the prompt: a persona memory whose topic is the requirement answers."""
+    verdicts = []
+    for requirement in user_message(body)["requirements"]:
+        answering = [
+            c
+            for c in requirement["candidates"]
+            if c["layer"] == "persona" and c["content"]["topic"] == requirement["name"]
+        ]
+        verdicts.append(
             {
-                "action": "clarify",
-                "question": f"Which {requirement['name']} should I use?",
                 "requirement": requirement["name"],
-                "options": requirement["options"],
+                "memory_ids": [c["memory_id"] for c in answering],
+                "value": answering[0]["content"]["preference"] if answering else None,
             }
         )
-    best = evidence[0]
-    content = best["content"]
-    return completion(
-        {
-            "action": "final",
-            "guidance": f"Use {content['preference']}.",
-            "constraints": [
-                {
-                    "text": f"{content['topic']}: {content['preference']}",
-                    "requirement": requirement["name"],
-                    "memory_id": best["memory_id"],
-                    "layer": best["layer"],
-                    "score": best["score"],
-                }
-            ],
-        }
-    )
+    return completion({"verdicts": verdicts})
 
 
 def test_a_persona_agent_asks_learns_and_then_proceeds(
@@ -516,7 +523,7 @@ def test_a_persona_agent_asks_learns_and_then_proceeds(
     store = JsonlMemoryStore(tmp_path / "store")
     retriever = MemoryRetriever(store)
     updater = MemoryUpdater(store, retriever=retriever)
-    updater.update("user-7f3a9c", "persona", PersonaMemory(topic="tone", preference="formal"))
+    updater.update("user-7f3a9c", "persona", PersonaMemory(topic="citation manager", preference="Zotero"))
     agent = PersonaAgent(retriever, make_policy(), updater=updater)
     server.script(rule_following_model, rule_following_model)
 
@@ -528,12 +535,8 @@ def test_a_persona_agent_asks_learns_and_then_proceeds(
     final = agent.decide(REQUEST)
 
     assert isinstance(final, FinalDecision)
-    assert final.guidance == "Use MLA."
-    (constraint,) = final.constraints
-    assert constraint.memory_id == learned.record.id
-    shown = {memory.record.id: memory for memory in final.memories}
-    assert learned.record.id in shown  # the agent attached what was retrieved
-    assert constraint.score == shown[learned.record.id].score
+    (constraint,) = [c for c in final.constraints if c.requirement]
+    assert (constraint.memory_id, constraint.value) == (learned.record.id, "MLA")
     for body in server.bodies():
         assert "embedding" not in body["messages"][1]["content"]
         assert "user-7f3a9c" not in json.dumps(body)

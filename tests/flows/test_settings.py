@@ -219,7 +219,8 @@ def test_the_openai_policy_is_built_without_sending_a_request(
     policy = runtime_from_settings().agent.policy
 
     assert isinstance(policy, OpenAICompatiblePolicy)
-    assert (policy.url, policy.model, policy.timeout) == (
+    judge = policy.judge
+    assert (judge.url, judge.model, judge.timeout) == (
         "http://127.0.0.1:9/v1/chat/completions",
         "qwen2.5",
         3.5,

