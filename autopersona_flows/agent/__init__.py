@@ -1,6 +1,8 @@
 """The PersonaAgent: final guidance or one targeted question, per task node.
 
-This package never imports Prefect.
+Recall, then judge: a `SearchPlanner` recalls candidates from every layer, a
+`Judge` decides which answer each requirement, and a `Policy` turns the verdicts
+into a decision. This package never imports Prefect.
 """
 
 from autopersona_flows.agent.agent import PersonaAgent
@@ -18,14 +20,19 @@ from autopersona_flows.agent.evaluation import (
     CaseResult,
     ClarificationCase,
     ClarificationReport,
+    JudgementCase,
+    JudgementReport,
     evaluate_clarification_policy,
+    evaluate_judgement,
     read_clarification_cases,
+    read_judgement_cases,
     seed_memories,
 )
 from autopersona_flows.agent.evidence import EvidencePolicy
-from autopersona_flows.agent.judges import Judge, LexicalJudge, Verdict
+from autopersona_flows.agent.judges import Judge, LexicalJudge, Verdict, WordMatcher
+from autopersona_flows.agent.matchers import DenseWordMatcher
 from autopersona_flows.agent.metrics import RuntimeMetrics
-from autopersona_flows.agent.openai import OpenAICompatiblePolicy
+from autopersona_flows.agent.openai import OpenAICompatibleJudge, OpenAICompatiblePolicy
 from autopersona_flows.agent.planners import (
     DefaultPlanner,
     FunctionPlanner,
@@ -41,13 +48,17 @@ __all__ = [
     "ClarifyDecision",
     "Constraint",
     "DefaultPlanner",
+    "DenseWordMatcher",
     "EvidencePolicy",
     "FinalDecision",
     "FunctionPlanner",
     "FunctionPolicy",
     "Judge",
+    "JudgementCase",
+    "JudgementReport",
     "LexicalJudge",
     "NodeInfo",
+    "OpenAICompatibleJudge",
     "OpenAICompatiblePolicy",
     "PersonaAgent",
     "PersonaDecision",
@@ -57,9 +68,12 @@ __all__ = [
     "RuntimeMetrics",
     "SearchPlanner",
     "Verdict",
+    "WordMatcher",
     "evaluate_clarification_policy",
+    "evaluate_judgement",
     "parse_decision",
     "read_clarification_cases",
+    "read_judgement_cases",
     "requirement_label",
     "seed_memories",
 ]

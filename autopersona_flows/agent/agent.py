@@ -151,9 +151,7 @@ class PersonaAgent:
         self._count("learned_answers")
         return result
 
-    def _retrieve(
-        self, request: PersonaRequest, top_k: int, min_similarity: float
-    ) -> MemoryBundle:
+    def _retrieve(self, request: PersonaRequest, top_k: int, min_similarity: float) -> MemoryBundle:
         """Retrieve what the planner asks for, plus every answer learned at this node or request.
 
         Each label's searches are distinct on their own: a retrieval hands each

@@ -210,7 +210,7 @@ class EvidencePolicy:
         if requirement.question:
             question = requirement.question
         else:
-            # Instructions are imperatives ("Book the flight"): "... should I use to book the flight?"
+            # Instructions are imperatives: "Which ... should I use to book the flight?"
             what = (request.node.instruction if request.node else "").strip().rstrip(".")
             where = f" to {what[0].lower()}{what[1:]}" if what else f" for {request.query!r}"
             question = f"Which {requirement.name} should I use{where}?"
@@ -248,9 +248,11 @@ class EvidencePolicy:
 
 
 def _candidates(requirement: Requirement, memories: MemoryBundle) -> list[ScoredMemory]:
-    """What may answer a requirement: what its searches recalled, what searches for the
-    node and the request recalled (memories about the same work), and answers learned
-    here; each memory once."""
+    """The memories that may answer a requirement, each once.
+
+    What its own searches recalled, what the node's and the request's searches
+    recalled (memories about the same work), and the answers learned here.
+    """
     mine = requirement_label(requirement)
     found: dict[str, ScoredMemory] = {}
     for layer in requirement.layers:

@@ -122,7 +122,6 @@ class _Need:
     options: tuple[tuple[str, frozenset[str]], ...]  # option text, its roots
     context: frozenset[str]  # roots of the query, node id and instruction
     kinds: frozenset[str]  # value shapes the attribute takes
-    text: str = ""  # the requirement's name and description, as written
 
     @classmethod
     def of(cls, requirement: Requirement, request: PersonaRequest) -> _Need:
@@ -136,11 +135,12 @@ class _Need:
             name=name,
             described=content_roots(f"{requirement.description} {requirement.question or ''}"),
             options=tuple(
-                (option, roots) for option in requirement.options if (roots := content_roots(option))
+                (option, roots)
+                for option in requirement.options
+                if (roots := content_roots(option))
             ),
             context=content_roots(" ".join(where).replace("-", " ").replace("_", " ")),
             kinds=attribute_kinds(named) | name.asks,
-            text=f"{requirement.name} {requirement.description}".strip(),
         )
 
     @property
@@ -161,6 +161,7 @@ class _Found:
     polarity: int = 0  # +1 stated with a preference cue, 0 plainly
     distinct: bool = False  # the option is specific (several words, a digit) or the only one said
     attribute: bool = False  # names the attribute, not as another subject's
+    elsewhere: bool = False  # names the attribute, but only as another subject's
     modifiers: bool = False  # names every modifier of the requirement, with the topic
     said: bool = False  # names every modifier in the text itself
     closest: bool = False  # names the modifier closest to the head
@@ -220,15 +221,19 @@ class LexicalJudge:
         mine = surface.get(word, word)
         return any(self.matcher.same(mine, surface.get(other, other)) for other in roots)
 
-    def _all(self, wanted: frozenset[str], roots: frozenset[str], surface: Mapping[str, str]) -> bool:
+    def _all(
+        self, wanted: frozenset[str], roots: frozenset[str], surface: Mapping[str, str]
+    ) -> bool:
         return all(self._has(word, roots, surface) for word in wanted)
 
-    def _any(self, wanted: frozenset[str], roots: frozenset[str], surface: Mapping[str, str]) -> bool:
+    def _any(
+        self, wanted: frozenset[str], roots: frozenset[str], surface: Mapping[str, str]
+    ) -> bool:
         return any(self._has(word, roots, surface) for word in wanted)
 
     # -- topics ---------------------------------------------------------------------------
 
-    def relate(self, need: _Need, topic: Phrase) -> Relation:
+    def relate(self, need: _Need, topic: Phrase) -> Relation:  # noqa: PLR0911 - a return a case
         """How a topic relates to the requirement's name; see `Relation`."""
         name = need.name
         if name.head is None or topic.head is None:
@@ -256,9 +261,6 @@ class LexicalJudge:
             return "conflict"  # a shared word, another attribute: "budget spreadsheet"
         if self._has(topic.head, need.context, surface):
             return "subject"
-        related = getattr(self.matcher, "related", None)
-        if related is not None and related(need.text, topic.text):
-            return "partial"  # no word in common, but the same thing in other words
         return "none"
 
     def _subjects(
@@ -297,13 +299,13 @@ class LexicalJudge:
         around = everything | topic
         option, polarity, distinct = self._option(need, parts)
         shapes = value_kinds(text)
+        elsewhere = False
         if name.asks:  # a question ("when I can meet") is answered by a value of its shape
             attribute = bool(name.asks & shapes)
         else:
             attribute = bool(name.identity) and self._all(name.identity, everything, surface)
-            attribute = attribute and not self._elsewhere(
-                need, parts, everything, surface
-            )
+            elsewhere = attribute and self._elsewhere(need, parts, everything, surface)
+            attribute = attribute and not elsewhere
         mentioned = [
             part
             for part in parts
@@ -315,6 +317,7 @@ class LexicalJudge:
             polarity=polarity,
             distinct=distinct,
             attribute=attribute,
+            elsewhere=elsewhere,
             modifiers=bool(name.modifiers) and self._all(name.modifiers, around, surface),
             said=bool(name.modifiers) and self._all(name.modifiers, everything, surface),
             closest=name.closest is not None and self._has(name.closest, around, surface),
@@ -333,7 +336,10 @@ class LexicalJudge:
         for option, roots in need.options:
             for part in parts:
                 positions = part.positions(roots)
-                if len({part.roots[i] for i in positions}) < len(roots) and not roots <= part.joined:
+                if (
+                    len({part.roots[i] for i in positions}) < len(roots)
+                    and not roots <= part.joined
+                ):
                     continue
                 polarity = part.polarity(positions[0]) if positions else 0
                 said[option] = max(said.get(option, -1), polarity)
@@ -347,7 +353,11 @@ class LexicalJudge:
         return option, stated[option], specific or len(said) == 1
 
     def _elsewhere(
-        self, need: _Need, parts: Sequence[Clause], everything: frozenset[str], surface: Mapping[str, str]
+        self,
+        need: _Need,
+        parts: Sequence[Clause],
+        everything: frozenset[str],
+        surface: Mapping[str, str],
     ) -> bool:
         """Whether every mention of the attribute is another subject's ("the grocery budget")."""
         name = need.name
@@ -366,11 +376,15 @@ class LexicalJudge:
     # -- layers ---------------------------------------------------------------------------
 
     def _persona(self, need: _Need, memory_id: str, content: PersonaMemory) -> Verdict:
-        relations = [self.relate(need, phrase(topic)) for topic in (content.topic, *content.aliases)]
+        relations = [
+            self.relate(need, phrase(topic)) for topic in (content.topic, *content.aliases)
+        ]
         relation = max(relations, key=_RANK.__getitem__)
         if relation in ("none", "subject") and self._same_choices(need, content):
             relation = "match"
-        text = f"{content.preference}. {content.strategy}" if content.strategy else content.preference
+        text = (
+            f"{content.preference}. {content.strategy}" if content.strategy else content.preference
+        )
         topic = phrase(content.topic)
         found = self.read(need, text, frozenset(topic.roots))
         strength, reason = _strength(need, relation, found, specific=topic.specific)
@@ -428,7 +442,9 @@ class LexicalJudge:
                 near = [
                     part.surface[j]
                     for j in (*range(max(0, i - 2), i), *range(i + 1, min(len(part.roots), i + 4)))
-                    if part.content[j] and part.roots[j] not in skip and not part.surface[j].endswith("ed")
+                    if part.content[j]
+                    and part.roots[j] not in skip
+                    and not part.surface[j].endswith("ed")
                 ]
                 if near:
                     return " ".join(near)
@@ -447,7 +463,11 @@ class LexicalJudge:
                 strength, reason = max(strength, 0.6), "its subject, with a value of its shape"
             if strength > best.strength:
                 best = _verdict(
-                    memory_id, found, strength, f"the workspace's {key!r}: {reason}", default=f"{key} = {value}"
+                    memory_id,
+                    found,
+                    strength,
+                    f"the workspace's {key!r}: {reason}",
+                    default=f"{key} = {value}",
                 )
         return best
 
@@ -467,7 +487,11 @@ class LexicalJudge:
         and its value must fit (one of the options, the attribute's shape).
         """
         node = request.node
-        here = {normalise(text) for text in (request.query, *((node.id, node.instruction) if node else ())) if text}
+        here = {
+            normalise(text)
+            for text in (request.query, *((node.id, node.instruction) if node else ()))
+            if text
+        }
         learned: dict[str, list[tuple[str, int]]] = {}
         claimed: set[str] = set()
         for name, memories in candidates.items():
@@ -476,7 +500,9 @@ class LexicalJudge:
                 verdict = verdicts[name][i]
                 if verdict.answers and verdict.strength >= 0.6:
                     claimed.add(memory.record.id)
-                if isinstance(content, PersonaMemory) and here & {normalise(c) for c in content.contexts}:
+                if isinstance(content, PersonaMemory) and here & {
+                    normalise(c) for c in content.contexts
+                }:
                     learned.setdefault(memory.record.id, []).append((name, i))
         for memory_id, places in learned.items():
             if memory_id in claimed:
@@ -544,7 +570,11 @@ def _strength(
     if relation == "partial":
         return 0.7, "its topic names the attribute in general"
     from_value = _value_strength(need, relation, found)
-    if relation == "none" and specific and not (found.attribute or found.polarity > 0 or found.said):
+    if (
+        relation == "none"
+        and specific
+        and not (found.attribute or found.polarity > 0 or found.said)
+    ):
         return 0.0, "its topic is about something else"
     if relation == "conflict":
         # Another attribute's topic answers only if its value says so plainly.
@@ -554,6 +584,8 @@ def _strength(
 
 
 def _value_strength(need: _Need, relation: Relation, found: _Found) -> tuple[float, str]:
+    if found.elsewhere:
+        return 0.0, "names the attribute of something else"  # "the grocery budget"
     about = relation == "about"
     tied = about or found.attribute
     scores: list[tuple[float, str]] = [(0.0, "does not say")]
@@ -584,7 +616,9 @@ def _value_strength(need: _Need, relation: Relation, found: _Found) -> tuple[flo
     return max(scores)
 
 
-def _verdict(memory_id: str, found: _Found, strength: float, reason: str, *, default: str) -> Verdict:
+def _verdict(
+    memory_id: str, found: _Found, strength: float, reason: str, *, default: str
+) -> Verdict:
     if strength == 0.0:
         return Verdict(memory_id=memory_id, answers=False, reason=reason)
     if found.ceases and not found.option:
@@ -614,7 +648,9 @@ def _pairs(value: object, key: str = "") -> Iterator[tuple[str, str]]:
             elif child is not None:
                 yield str(child_key), str(child)
     elif isinstance(value, list):
-        items = [str(item) for item in value if not isinstance(item, dict | list) and item is not None]
+        items = [
+            str(item) for item in value if not isinstance(item, dict | list) and item is not None
+        ]
         if items and key:
             yield key, ", ".join(items)
         for child in value:

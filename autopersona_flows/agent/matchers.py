@@ -28,19 +28,11 @@ class DenseWordMatcher:
         max_words: Word vectors kept in memory; the least recently used go first.
     """
 
-    def __init__(
-        self,
-        embedder: Embedder,
-        threshold: float = 0.62,
-        max_words: int = 65536,
-        *,
-        phrase_threshold: float = 0.55,
-    ) -> None:
+    def __init__(self, embedder: Embedder, threshold: float = 0.7, max_words: int = 65536) -> None:
         if not 0.0 < threshold <= 1.0:
             raise ValueError(f"threshold must lie in (0, 1], got {threshold!r}")
         self.embedder = embedder
         self.threshold = threshold
-        self.phrase_threshold = phrase_threshold
         self.max_words = max_words
         self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
@@ -54,11 +46,6 @@ class DenseWordMatcher:
             return True
         first, second = self.vectors([a, b])
         return float(first @ second) >= self.threshold
-
-    def related(self, a: str, b: str) -> bool:
-        """Whether two short phrases (a requirement, a topic) reach ``phrase_threshold``."""
-        first, second = self.vectors([a, b])
-        return float(first @ second) >= self.phrase_threshold
 
     def vectors(self, words: list[str]) -> list[np.ndarray]:
         """The unit vectors of ``words``, embedding those not seen before in one call."""

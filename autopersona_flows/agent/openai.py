@@ -454,7 +454,9 @@ def _checked(content: str, asked: Mapping[str, list[ScoredMemory]]) -> dict[str,
             f"{'.'.join(map(str, error['loc'])) or 'answer'}: {error['msg']}"
             for error in exc.errors()
         )
-        raise _InvalidOutputError(f"it is not a valid verdicts object ({problem})", content) from None
+        raise _InvalidOutputError(
+            f"it is not a valid verdicts object ({problem})", content
+        ) from None
     verdicts: dict[str, list[Verdict]] = {}
     for i, given in enumerate(answer.verdicts):
         if given.requirement not in asked:

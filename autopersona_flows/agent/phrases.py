@@ -19,6 +19,7 @@ preference and change cues, suffixes, and value shapes. No list names a domain.
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -158,7 +159,7 @@ _VALUE_KINDS: dict[str, re.Pattern[str]] = {
         r"\b\d+(?:\.\d+)?\s?(?:mg|mcg|ml|iu|tablets?|pills?|capsules?|drops?|puffs?)\b",
         re.IGNORECASE,
     ),
-    "version": re.compile(r"\b\d+\.\d+(?:\.\d+)?\b|\bv\d+\b", re.IGNORECASE),
+    "version": re.compile(r"(?<![\d.])\d+\.\d+(?:\.\d+)?\b|\bv\d+\b", re.IGNORECASE),
     "limit": re.compile(
         r"\b(?:under|below|max(?:imum)?|up to|at most|no more than|not more than|cap(?:ped)? at"
         r"|less than|tops)\s?[$€£]?\d|\d+\s?(?:max|tops)\b",
@@ -198,7 +199,7 @@ _ATTRIBUTE_KINDS: dict[str, frozenset[str]] = {
 
 # Attribute nouns that name the same attribute in other words ("budget" / "price").
 _KIN = (
-    _set("budget price cost spend spending rate fee allowance amount money cap limit max maximum"),
+    _set("budget price cost spend spending rate fee allowance cap limit max maximum"),
     _set("time hour hours slot window availability"),
     _set("length duration time"),
     _set("size fit"),
@@ -324,12 +325,13 @@ class Phrase:
     weak: bool
     asks: frozenset[str]
     surface: dict[str, str]
-    text: str = ""
 
     @property
     def specific(self) -> bool:
-        """Whether it names one attribute of one thing ("meeting doorbell"), not a
-        category ("travel", "code style", "work stuff") that many values fall under."""
+        """Whether it names one attribute of one thing ("meeting doorbell").
+
+        Not a category ("travel", "code style", "work stuff") many values fall under.
+        """
         return self.head is not None and not self.weak and len(self.roots) > 1
 
     @property
@@ -360,9 +362,10 @@ def phrase(text: str) -> Phrase:
     "citing sources" and "booking hotels" (a gerund and a plural object) name the
     activity, so the gerund is their head; "booking method" names the method.
     """
-    written = text
     tokens = words(text.replace("-", " ").replace("_", " "))
-    asks = next((kinds for start, kinds in _ASKS.items() if tuple(tokens[: len(start)]) == start), None)
+    asks = next(
+        (kinds for start, kinds in _ASKS.items() if tuple(tokens[: len(start)]) == start), None
+    )
     content = [(i, word) for i, word in enumerate(tokens) if _is_content(word)]
     if not content:
         return _EMPTY
@@ -379,7 +382,6 @@ def phrase(text: str) -> Phrase:
             weak=False,
             asks=asks,
             surface=surface,
-            text=written,
         )
     cut = next((i for i, word in enumerate(tokens) if word in _PREPOSITIONS and i > 0), None)
     before = [(i, word) for i, word in content if cut is None or i < cut] or content[-1:]
@@ -402,7 +404,6 @@ def phrase(text: str) -> Phrase:
         weak=head in _WEAK_ROOTS and len(set(roots)) > 1,
         asks=frozenset(),
         surface=surface,
-        text=written,
     )
 
 
@@ -460,7 +461,7 @@ def clauses(text: str) -> tuple[Clause, ...]:
             continue
         lowered = " ".join(tokens)
         roots = tuple(root(word) for word in tokens)
-        pairs = {root(a + b) for a, b in zip(tokens, tokens[1:], strict=False)}
+        pairs = {root(a + b) for a, b in itertools.pairwise(tokens)}
         result.append(
             Clause(
                 roots=roots,

@@ -10,7 +10,14 @@ from autopersona_flows.agent.standing import standing_query
 from autopersona_flows.memory.records import LAYERS
 from autopersona_flows.memory.retrieval import SearchRequest
 
-__all__ = ["LEARNED", "STANDING", "DefaultPlanner", "FunctionPlanner", "SearchPlanner", "requirement_label"]
+__all__ = [
+    "LEARNED",
+    "STANDING",
+    "DefaultPlanner",
+    "FunctionPlanner",
+    "SearchPlanner",
+    "requirement_label",
+]
 
 STANDING = "standing"
 """The label of the search for standing constraints (allergies, access, limits) that

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import importlib
 import zlib
-from functools import lru_cache
 from collections.abc import Callable, Sequence
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -155,9 +155,7 @@ def _term_features(term: str, dim: int) -> tuple[np.ndarray, np.ndarray]:
     """The buckets and signed weights of a term: itself (1) and its 3-5-grams (0.5)."""
     padded = f"<{term}>"
     features = [(term, 1.0)] + [
-        (padded[start : start + n], 0.5)
-        for n in (3, 4, 5)
-        for start in range(len(padded) - n + 1)
+        (padded[start : start + n], 0.5) for n in (3, 4, 5) for start in range(len(padded) - n + 1)
     ]
     index = np.empty(len(features), dtype=np.int64)
     weight = np.empty(len(features), dtype=np.float32)

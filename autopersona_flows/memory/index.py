@@ -212,7 +212,9 @@ class BankIndex:
         weight = self.scoring.dense_weight
         if weight:
             norms = np.linalg.norm(query_vectors, axis=1, keepdims=True)
-            unit = np.divide(query_vectors, norms, out=np.zeros_like(query_vectors), where=norms > 0)
+            unit = np.divide(
+                query_vectors, norms, out=np.zeros_like(query_vectors), where=norms > 0
+            )
             result += weight * np.maximum(unit @ self._vectors[:n].T, 0.0)
         if weight < 1:
             weighed: dict[str, tuple[float, np.ndarray | None, np.ndarray | None]] = {}
@@ -273,7 +275,9 @@ class BankIndex:
     def learned_at(self, contexts: list[str]) -> list[MemoryRecord]:
         """The live records learned at any of ``contexts`` (see `PersonaMemory.contexts`)."""
         ids = dict.fromkeys(
-            memory_id for context in contexts for memory_id in self.contexts.get(normalise(context), ())
+            memory_id
+            for context in contexts
+            for memory_id in self.contexts.get(normalise(context), ())
         )
         return [self.records[self.rows[memory_id]] for memory_id in ids]  # type: ignore[misc]
 

@@ -247,8 +247,11 @@ class MemoryRetriever:
         return np.stack([known[text] for text in texts])
 
     def learned_at(self, user_id: str, contexts: Sequence[str]) -> list[MemoryRecord]:
-        """The user's persona memories learned at any of ``contexts`` (node ids,
-        instructions, requests: see `PersonaMemory.contexts`), compared without case."""
+        """The user's persona memories learned at any of ``contexts``.
+
+        Contexts are node ids, instructions and requests (`PersonaMemory.contexts`),
+        compared without case or extra spacing.
+        """
         wanted = [context for context in contexts if context.strip()]
         if not wanted:
             return []

@@ -100,7 +100,7 @@ def terms(text: str) -> list[str]:
 
 
 def hashing_terms(text: str) -> list[str]:
-    """The terms `HashingEmbedder` hashes: `stem` over ``\\w+`` words (frozen: see above)."""
+    """The terms `HashingEmbedder` hashes: `stem` over whole words (frozen: see above)."""
     return [stem(word) for word in _WORD_V1.findall(text.lower()) if word not in _STOP_WORDS]
 
 

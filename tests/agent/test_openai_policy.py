@@ -1,4 +1,4 @@
-"""OpenAICompatibleJudge / Policy against a real HTTP server on 127.0.0.1 that replies from a script."""
+"""OpenAICompatibleJudge and Policy against an HTTP server on 127.0.0.1 replying from a script."""
 
 import base64
 import json
@@ -523,7 +523,9 @@ def test_a_persona_agent_asks_learns_and_then_proceeds(
     store = JsonlMemoryStore(tmp_path / "store")
     retriever = MemoryRetriever(store)
     updater = MemoryUpdater(store, retriever=retriever)
-    updater.update("user-7f3a9c", "persona", PersonaMemory(topic="citation manager", preference="Zotero"))
+    updater.update(
+        "user-7f3a9c", "persona", PersonaMemory(topic="citation manager", preference="Zotero")
+    )
     agent = PersonaAgent(retriever, make_policy(), updater=updater)
     server.script(rule_following_model, rule_following_model)
 

@@ -1,5 +1,6 @@
 """Embedders: deterministic defaults, validated plug-ins, and the optional MiniLM model."""
 
+import hashlib
 import importlib.util
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from autopersona_flows.memory import (
     MiniLMEmbedder,
     get_embedder,
 )
+from autopersona_flows.memory.text import hashing_terms, terms
 
 HAS_MINILM = all(
     importlib.util.find_spec(name) is not None
@@ -98,3 +100,23 @@ def test_minilm_embeds_offline() -> None:
     vectors = MiniLMEmbedder().embed(["I prefer APA citations", "Use APA style"])
     assert vectors.shape == (2, 384)
     assert float(vectors[0] @ vectors[1]) > 0.5
+
+
+def test_hashing_vectors_are_those_stored_banks_were_written_with() -> None:
+    # The digest of vectors made by the embedder as first released: a change of its
+    # analyzer would silently mix new query vectors with old stored ones.
+    texts = [
+        "citation style APA 7th edition, with DOIs",
+        "Book me a flight to Lisbon on Friday",
+        "naïve café – ünïcode ☃ and digits 3.11",
+    ]
+    vectors = HashingEmbedder().embed(texts).astype("<f4").tobytes()
+    digest = hashlib.sha256(vectors).hexdigest()
+    assert digest == "8a8a91f9a8c29bfef1f5ec1233fea0e8dffe5c63a047f2a46faf3fae572c9b24"
+
+
+def test_the_index_analyzer_stems_with_snowball() -> None:
+    assert terms("updates update") == ["updat", "updat"]
+    assert terms("The preferred preferences") == ["prefer", "prefer"]
+    assert terms("delivery_address") == ["deliveri", "address"]
+    assert hashing_terms("delivery_address") == ["delivery_address"]  # frozen: see above

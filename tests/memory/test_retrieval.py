@@ -310,3 +310,72 @@ def test_the_dense_weight_follows_the_embedder_unless_given() -> None:
     assert MemoryRetriever(store, scoring=Scoring(dense_weight=0.0)).scoring.dense_weight == 0.0
     with pytest.raises(ValueError, match="dense_weight"):
         Scoring(dense_weight=1.5)
+
+
+def test_searches_of_different_labels_each_get_their_own_results(store: JsonlMemoryStore) -> None:
+    store.add("ada", PersonaMemory(topic="email tone", preference="warm"))
+    retriever = MemoryRetriever(store)
+    searches = [
+        SearchRequest(layer="persona", query="email tone", label="a"),
+        SearchRequest(layer="persona", query="email", label="b"),
+    ]
+    shared = retriever.retrieve("ada", searches)
+    assert [m.search.label for m in shared.persona] == ["a"]  # handed to the first search
+    apart = retriever.retrieve("ada", searches, distinct_per_label=True)
+    assert sorted(m.search.label for m in apart.persona) == ["a", "b"]
+
+
+def test_a_search_may_ask_for_more_results_than_the_call(store: JsonlMemoryStore) -> None:
+    store.add_many(
+        "ada", "persona", [PersonaMemory(topic=f"seat {i}", preference="x") for i in range(8)]
+    )
+    retriever = MemoryRetriever(store)
+    deep = SearchRequest(layer="persona", query="seat", top_k=6)
+    assert len(retriever.retrieve("ada", [deep], top_k=2).persona) == 6
+    assert len(retriever.retrieve("ada", [search("seat")], top_k=2).persona) == 2
+    with pytest.raises(ValueError, match="greater than or equal to 1"):
+        SearchRequest(layer="persona", query="seat", top_k=0)
+
+
+def test_answers_learned_at_a_step_are_found_by_it_exactly(store: JsonlMemoryStore) -> None:
+    learned = store.add(
+        "ada",
+        PersonaMemory(topic="seat", preference="aisle", contexts=["choose-seat", "Book Oslo"]),
+    )
+    store.add("ada", PersonaMemory(topic="meal", preference="vegetarian"))
+    retriever = MemoryRetriever(store)
+    assert [r.id for r in retriever.learned_at("ada", ["  CHOOSE-seat "])] == [learned.id]
+    assert retriever.learned_at("ada", ["book oslo", "choose-seat"]) == [learned]  # once
+    assert retriever.learned_at("ada", ["other step"]) == []
+    assert retriever.learned_at("bob", ["choose-seat"]) == []  # nobody else's
+    store.delete("ada", "persona", learned.id)
+    assert retriever.learned_at("ada", ["choose-seat"]) == []
+
+
+def test_loading_a_bank_reads_it_once_for_later_retrievals(store: JsonlMemoryStore) -> None:
+    store.add("ada", PersonaMemory(topic="seat", preference="aisle"))
+    retriever = MemoryRetriever(store)
+    retriever.load("ada")
+    reads = []
+    original = store.changes
+    store.changes = lambda *a, **k: reads.append(a) or original(*a, **k)  # type: ignore[method-assign]
+    assert retriever.retrieve("ada", [search("seat")]).persona[0].record.content.topic == "seat"
+    assert len(reads) == 1  # one check that nothing changed, no full read
+
+
+def test_scoring_many_queries_at_once_equals_one_by_one(store: JsonlMemoryStore) -> None:
+    store.add_many(
+        "ada",
+        "persona",
+        [
+            PersonaMemory(topic=t, preference=p)
+            for t, p in [("seat", "aisle"), ("meal", "veg"), ("tone", "warm seat")]
+        ],
+    )
+    retriever = MemoryRetriever(store)
+    queries = ["seat", "meal tone", "nothing at all", "seat seat warm"]
+    vectors = retriever.embedder.embed(queries)
+    with retriever._index("ada", "persona") as index:
+        together = index.scores_many(queries, vectors)
+        apart = np.stack([index.scores(q, v) for q, v in zip(queries, vectors, strict=True)])
+    np.testing.assert_allclose(together, apart, rtol=1e-6)

@@ -48,7 +48,7 @@ def describe(exc: ValidationError) -> str:
 
 
 def layers_as_tuples(request: Any) -> Any:
-    """A request's JSON with its requirements' ``layers`` arrays as the tuples strict validation wants.
+    """A request's JSON, its requirements' ``layers`` arrays as tuples (strict validation).
 
     `Requirement` defines its own ``__init__``, so pydantic validates it in Python
     mode even from JSON, where a strict ``tuple`` field refuses a list; validating

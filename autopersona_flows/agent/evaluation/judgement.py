@@ -1,5 +1,4 @@
-"""The judgement benchmark: does the agent apply what it knows, ask what it cannot answer,
-and never ask twice?
+"""The judgement benchmark: apply what memory holds, ask what it cannot answer, never twice.
 
 A `JudgementCase` brings its own memories (and optional generated noise), a request
 and what a careful assistant would do: the action, the requirement asked about and
@@ -320,8 +319,9 @@ def read_judgement_cases(path: str) -> list[JudgementCase]:
         except ValidationError as exc:
             raise EvaluationError(f"{path}:{number}: invalid case: {describe(exc)}") from None
         if case.name in names:
+            first = names[case.name]
             raise EvaluationError(
-                f"{path}:{number}: case {case.name!r} was already defined on line {names[case.name]}"
+                f"{path}:{number}: case {case.name!r} was already defined on line {first}"
             )
         names[case.name] = number
         cases.append(case)

@@ -1,0 +1,232 @@
+"""EvidencePolicy: which answer is current, when to ask, and what guidance a node gets."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from autopersona_flows import (
+    JsonlMemoryStore,
+    MemoryRecord,
+    MemoryRetriever,
+    PersonaMemory,
+    PolicyError,
+    TrajectoryMemory,
+)
+from autopersona_flows.agent import (
+    ClarifyDecision,
+    EvidencePolicy,
+    FinalDecision,
+    NodeInfo,
+    PersonaAgent,
+    PersonaRequest,
+    Requirement,
+)
+from autopersona_flows.agent.evaluation import noise_memories
+from autopersona_flows.memory.records import LayerContent
+from autopersona_flows.memory.updates import embed_records
+
+START = datetime(2023, 1, 1, tzinfo=UTC)
+
+
+def remember(store: JsonlMemoryStore, user: str, *contents: LayerContent) -> None:
+    """Store ``contents`` as said a month apart, oldest first."""
+    for i, content in enumerate(contents):
+        when = START + timedelta(days=30 * i)
+        store.add(user, MemoryRecord.of(content, created_at=when, updated_at=when))
+
+
+def ask(
+    store: JsonlMemoryStore,
+    *requirements: Requirement,
+    query: str = "Book me a flight to Rome",
+    instruction: str = "Choose the flight and the seat",
+    policy: EvidencePolicy | None = None,
+) -> FinalDecision | ClarifyDecision:
+    request = PersonaRequest(
+        user_id="ada",
+        query=query,
+        node=NodeInfo(id="book", instruction=instruction),
+        requirements=list(requirements),
+    )
+    return PersonaAgent(MemoryRetriever(store), policy).decide(request)
+
+
+def value_of(decision: FinalDecision | ClarifyDecision, requirement: str) -> str:
+    assert isinstance(decision, FinalDecision), decision
+    (constraint,) = [c for c in decision.constraints if c.requirement == requirement]
+    return constraint.text
+
+
+SEAT = Requirement("seat")
+
+
+def test_the_later_of_two_equally_clear_answers_is_current(store: JsonlMemoryStore) -> None:
+    remember(
+        store,
+        "ada",
+        PersonaMemory(topic="flight seat", preference="window"),
+        PersonaMemory(topic="seat on flights", preference="aisle these days"),
+    )
+    assert "aisle" in value_of(ask(store, SEAT), "seat")
+
+
+def test_a_later_change_replaces_a_clearer_older_answer(store: JsonlMemoryStore) -> None:
+    diet = Requirement("diet")
+    remember(
+        store,
+        "ada",
+        PersonaMemory(topic="diet", preference="vegetarian"),
+        PersonaMemory(topic="food", preference="started on fish again, my diet is pescatarian now"),
+    )
+    text = value_of(ask(store, diet, query="Book dinner", instruction="Find a restaurant"), "diet")
+    assert "pescatarian" in text
+    assert "vegetarian" not in text
+
+
+def test_a_weaker_later_mention_does_not_replace_a_clear_answer(store: JsonlMemoryStore) -> None:
+    remember(
+        store,
+        "ada",
+        PersonaMemory(topic="flight seat", preference="aisle"),
+        PersonaMemory(topic="travel", preference="the seat on my last flight had no legroom"),
+    )
+    assert value_of(ask(store, SEAT), "seat") == "flight seat: aisle"
+
+
+def test_choices_repeated_in_past_tasks_answer_and_one_alone_does_not(
+    store: JsonlMemoryStore,
+) -> None:
+    one = TrajectoryMemory(
+        query="Flight to Oslo", trace=["booked SK100", "picked seat 14C (aisle)"]
+    )
+    remember(store, "ada", one)
+    single = ask(store, SEAT)
+    assert isinstance(single, ClarifyDecision)
+    assert single.options == ["aisle"]  # offered, not applied
+    remember(store, "bea", one, TrajectoryMemory(query="Flight to Nice", trace=["aisle seat 22D"]))
+    decision = PersonaAgent(MemoryRetriever(store)).decide(
+        PersonaRequest(user_id="bea", query="Book me a flight to Rome", requirements=[SEAT])
+    )
+    (constraint,) = [c for c in decision.constraints if c.requirement == "seat"]
+    assert constraint.value == "aisle"
+    assert len(constraint.evidence) == 2  # both past tasks, the newest first
+    assert constraint.reason == "chosen in 2 past tasks"
+
+
+def test_a_later_habit_replaces_an_older_statement(store: JsonlMemoryStore) -> None:
+    remember(
+        store,
+        "ada",
+        PersonaMemory(topic="flights", preference="window seat, I sleep against the wall"),
+        TrajectoryMemory(query="Flight to Rome", trace=["picked seat 12C (aisle)"]),
+        TrajectoryMemory(query="Flight to Copenhagen", trace=["picked seat 18D (aisle)"]),
+    )
+    decision = ask(store, SEAT)
+    assert "aisle" in value_of(decision, "seat")
+    # The superseded preference is no guidance either: the tool sees one current seat.
+    assert all("window" not in c.text for c in decision.constraints)
+
+
+def test_a_preference_that_stopped_holding_is_asked_about_again(store: JsonlMemoryStore) -> None:
+    remember(
+        store,
+        "ada",
+        PersonaMemory(topic="gym schedule", preference="Tue/Thu 6pm at PureGym"),
+        PersonaMemory(topic="fitness", preference="I don't do the gym schedule anymore"),
+    )
+    decision = ask(store, Requirement("gym schedule"), query="Plan my week", instruction="Plan it")
+    assert isinstance(decision, ClarifyDecision)
+    assert decision.requirement == "gym schedule"
+
+
+def test_a_standing_constraint_reaches_related_work_only(store: JsonlMemoryStore) -> None:
+    remember(
+        store,
+        "ada",
+        PersonaMemory(topic="health", preference="severe peanut allergy, carries an EpiPen"),
+    )
+    grocery = ask(store, query="Order groceries for the week", instruction="Fill the basket")
+    assert isinstance(grocery, FinalDecision)
+    assert any("peanut" in c.text for c in grocery.constraints)
+    assert "peanut" in grocery.guidance
+    (standing,) = grocery.constraints
+    assert standing.requirement is None
+    assert standing.reason.startswith("a standing constraint")
+    references = ask(store, query="Format my bibliography", instruction="Format the references")
+    assert not any("peanut" in c.text for c in references.constraints)
+
+
+def test_evidence_records_why_and_from_what(store: JsonlMemoryStore) -> None:
+    remember(
+        store,
+        "ada",
+        PersonaMemory(topic="seat", preference="aisle", strategy="row 10 or further back"),
+    )
+    (constraint,) = [c for c in ask(store, SEAT).constraints if c.requirement]
+    assert constraint.text == "seat: aisle (row 10 or further back)"
+    assert constraint.value == "aisle"
+    assert constraint.evidence == [constraint.memory_id]
+    assert "names the requirement" in constraint.reason
+    assert constraint.score == 1.0
+
+
+def test_a_bank_full_of_memories_sharing_words_changes_nothing(
+    store: JsonlMemoryStore, tmp_path
+) -> None:
+    seat = PersonaMemory(topic="flight seat", preference="aisle")
+    remember(store, "ada", seat)
+    quiet = ask(store, SEAT)
+    noisy = JsonlMemoryStore(tmp_path / "noisy")
+    remember(noisy, "ada", seat)
+    noise = noise_memories(["seat", "flight", "Rome"], 400, seed=1, avoid=["seat"])
+    for layer in ("trajectory", "workspace", "persona"):
+        batch = [r for r in noise if r.layer == layer]
+        embedded = embed_records(MemoryRetriever(noisy).embedder, [r.content for r in batch])
+        noisy.add_many(
+            "ada",
+            layer,
+            [
+                r.model_copy(update={"embedding": e.embedding})
+                for r, e in zip(batch, embedded, strict=True)
+            ],
+        )
+    crowded = ask(noisy, SEAT)
+    assert value_of(quiet, "seat") == value_of(crowded, "seat") == "flight seat: aisle"
+    (a,) = [c for c in quiet.constraints if c.requirement]
+    (b,) = [c for c in crowded.constraints if c.requirement]
+    assert a.score == b.score  # the threshold means the same in any bank
+    missing = ask(noisy, Requirement("meal request"))
+    assert isinstance(missing, ClarifyDecision)  # 400 near misses answer nothing
+
+
+class _Judge:
+    def __init__(self, answer: object) -> None:
+        self.answer = answer
+        self.calls = 0
+
+    def judge(self, request: object, candidates: object) -> object:
+        self.calls += 1
+        return self.answer(candidates) if callable(self.answer) else self.answer
+
+
+def test_a_judge_is_held_to_its_contract(store: JsonlMemoryStore) -> None:
+    remember(store, "ada", PersonaMemory(topic="seat", preference="aisle"))
+    stray = _Judge({"seat": [{"memory_id": "01J0000000000000000000000Z", "answers": True}]})
+    with pytest.raises(PolicyError, match="not among its candidates"):
+        ask(store, SEAT, policy=EvidencePolicy(judge=stray))
+    for nonsense in (42, {"seat": [{"memory_id": 3}]}, {"seat": [{"answers": "maybe"}]}):
+        with pytest.raises(PolicyError, match="invalid verdicts"):
+            ask(store, SEAT, policy=EvidencePolicy(judge=_Judge(nonsense)))
+
+
+def test_no_judge_is_asked_when_nothing_was_recalled(store: JsonlMemoryStore) -> None:
+    judge = _Judge({})
+    decision = ask(store, SEAT, policy=EvidencePolicy(judge=judge))
+    assert isinstance(decision, ClarifyDecision)
+    assert judge.calls == 0
+
+
+def test_policy_arguments_are_checked() -> None:
+    for bad in ({"threshold": 1.5}, {"margin": -0.1}, {"threshold": True}, {"max_guidance": -1}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            EvidencePolicy(**bad)
