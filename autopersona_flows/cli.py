@@ -183,23 +183,26 @@ def _cmd_verify(args: argparse.Namespace) -> None:
     print(f"ok: {len(users)} users, every bank and history readable")
 
 
-def _is_judgement_set(path: str) -> bool:
-    """Whether a cases file is a judgement benchmark (cases carry ``expect``) or not."""
+def _is_clarification_set(path: str) -> bool:
+    """Whether a cases file is an older clarification set: its first case has no ``expect``."""
     for _, line in lines(path):
         try:
             first = _json.loads(line)
         except _json.JSONDecodeError:
-            return False  # the clarification reader reports the line
-        return isinstance(first, dict) and "expect" in first
+            return False  # whichever reader runs reports the line
+        return isinstance(first, dict) and "expect" not in first
     return False
 
 
 def _cmd_eval(args: argparse.Namespace) -> None:
-    if _is_judgement_set(args.cases):
+    if not _is_clarification_set(args.cases):
         _eval_judgement(args)
         return
     if args.store is None:
-        raise EvaluationError("a clarification set runs against a store: give --store")
+        raise EvaluationError(
+            f"{args.cases} is a clarification set (its cases have no 'expect'), which runs "
+            "against a store: give --store"
+        )
     cases = read_clarification_cases(args.cases)  # all of it, before anything is written
     embedder = get_embedder(args.embedder)
     if args.seed is None:

@@ -29,7 +29,7 @@ from autopersona_flows.agent.evaluation import (
     seed_memories,
 )
 from autopersona_flows.agent.evidence import EvidencePolicy
-from autopersona_flows.agent.judges import Judge, LexicalJudge, Verdict, WordMatcher
+from autopersona_flows.agent.judges import Judge, LexicalJudge, Verdict
 from autopersona_flows.agent.matchers import DenseWordMatcher
 from autopersona_flows.agent.metrics import RuntimeMetrics
 from autopersona_flows.agent.openai import OpenAICompatibleJudge, OpenAICompatiblePolicy
@@ -40,6 +40,7 @@ from autopersona_flows.agent.planners import (
     requirement_label,
 )
 from autopersona_flows.agent.policies import FunctionPolicy, Policy
+from autopersona_flows.agent.reading import WordMatcher
 
 __all__ = [
     "CaseResult",

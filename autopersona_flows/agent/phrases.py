@@ -27,6 +27,7 @@ from functools import lru_cache
 from autopersona_flows.memory.text import stem
 
 __all__ = [
+    "KIN_WORDS",
     "Clause",
     "Phrase",
     "attribute_kinds",
@@ -377,7 +378,7 @@ def phrase(text: str) -> Phrase:
             head=f"?{tokens[0]}",
             modifiers=frozenset(roots),
             closest=roots[-1],
-            subject=frozenset(roots) - _QUALIFIER_ROOTS - _KIN_WORDS,
+            subject=frozenset(roots) - _QUALIFIER_ROOTS - KIN_WORDS,
             activity=False,
             weak=False,
             asks=asks,
@@ -398,7 +399,7 @@ def phrase(text: str) -> Phrase:
         closest=root(before[head_at - 1][1]) if head_at > 0 else None,
         subject=frozenset(root(word) for _, word in before[:head_at])
         - _QUALIFIER_ROOTS
-        - _KIN_WORDS
+        - KIN_WORDS
         - {head},
         activity=head_at == 0 and len(before) > 1 and before is content,
         weak=head in _WEAK_ROOTS and len(set(roots)) > 1,
@@ -491,9 +492,9 @@ def attribute_kinds(words_of_name: frozenset[str]) -> frozenset[str]:
 _WEAK_ROOTS = frozenset(root(word) for word in _WEAK_HEADS)
 _QUALIFIER_ROOTS = frozenset(root(word) for word in _QUALIFIERS)
 _KIN_ROOTS = tuple(frozenset(root(word) for word in group) for group in _KIN)
-_KIN_WORDS = frozenset().union(*_KIN_ROOTS)
+KIN_WORDS = frozenset().union(*_KIN_ROOTS)
 _KIN_GROUPS = {  # root -> bit set of its groups
-    word: sum(1 << i for i, group in enumerate(_KIN_ROOTS) if word in group) for word in _KIN_WORDS
+    word: sum(1 << i for i, group in enumerate(_KIN_ROOTS) if word in group) for word in KIN_WORDS
 }
 _ATTRIBUTE_ROOTS = {
     kind: frozenset(root(word) for word in names) for kind, names in _ATTRIBUTE_KINDS.items()

@@ -15,14 +15,16 @@ from autopersona_flows.agent.evaluation.clarification import (
 )
 from autopersona_flows.agent.evaluation.judgement import (
     CATEGORIES,
-    CategoryScores,
     JudgementCase,
-    JudgementReport,
-    JudgementResult,
     evaluate_judgement,
     read_judgement_cases,
 )
 from autopersona_flows.agent.evaluation.noise import noise_memories
+from autopersona_flows.agent.evaluation.reports import (
+    CategoryScores,
+    JudgementReport,
+    JudgementResult,
+)
 
 __all__ = [
     "CATEGORIES",

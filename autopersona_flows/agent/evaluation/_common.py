@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
 from autopersona_flows.errors import EvaluationError
 
-__all__ = ["describe", "f1", "layers_as_tuples", "lines", "ratio"]
+__all__ = ["describe", "f1", "lines", "ratio"]
 
 
 def ratio(numerator: float, denominator: float) -> float:
@@ -45,22 +44,3 @@ def describe(exc: ValidationError) -> str:
     return "; ".join(
         f"{'.'.join(map(str, error['loc'])) or 'value'}: {error['msg']}" for error in exc.errors()
     )
-
-
-def layers_as_tuples(request: Any) -> Any:
-    """A request's JSON, its requirements' ``layers`` arrays as tuples (strict validation).
-
-    `Requirement` defines its own ``__init__``, so pydantic validates it in Python
-    mode even from JSON, where a strict ``tuple`` field refuses a list; validating
-    the parsed line in Python mode with tuples in place sidesteps that.
-    """
-    requirements = request.get("requirements") if isinstance(request, dict) else None
-    if not isinstance(requirements, list):
-        return request
-    fixed = [
-        {**item, "layers": tuple(item["layers"])}
-        if isinstance(item, dict) and isinstance(item.get("layers"), list)
-        else item
-        for item in requirements
-    ]
-    return {**request, "requirements": fixed}

@@ -38,7 +38,6 @@ from autopersona_flows.agent.decisions import (
 from autopersona_flows.agent.evaluation._common import (
     describe,
     f1,
-    layers_as_tuples,
     lines,
     ratio,
 )
@@ -367,8 +366,6 @@ def read_clarification_cases(path: str | Path) -> list[ClarificationCase]:
         except _json.JSONDecodeError as exc:
             raise EvaluationError(f"{path}:{number}: not valid JSON ({exc})") from None
         try:
-            if isinstance(raw, dict) and "request" in raw:
-                raw = {**raw, "request": layers_as_tuples(raw["request"])}
             case = ClarificationCase.model_validate(raw)
         except ValidationError as exc:
             raise EvaluationError(f"{path}:{number}: invalid case: {describe(exc)}") from None
