@@ -203,7 +203,7 @@ _KIN = (
     _set("budget price cost spend spending rate fee allowance cap limit max maximum"),
     _set("time hour hours slot window availability"),
     _set("length duration time"),
-    _set("size fit"),
+    _set("size sizes"),
     _set("day days date dates timestamp"),
     _set("dose dosage"),
     _set("version release"),

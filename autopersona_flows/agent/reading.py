@@ -75,11 +75,6 @@ class Need:
         )
 
     @property
-    def subject_known(self) -> bool:
-        """Whether the request itself says what the attribute is of (or nothing need)."""
-        return self.name.subject <= self.context
-
-    @property
     def option_roots(self) -> frozenset[str]:
         """Every root of the declared options."""
         return frozenset(word for _, roots in self.options for word in roots)
@@ -333,8 +328,4 @@ def _value_strength(need: Need, relation: Relation, found: Found) -> tuple[float
         scores.append((0.6, "a value of its shape, about the same thing"))
     elif found.kinds and found.said:
         scores.append((0.6, "names its subject, and a name"))
-    elif shaped and relation in ("none", "subject") and need.subject_known:
-        # "tradespeople: weekday mornings only" for a visit window, when the visit is
-        # what the request is about: a value of the shape, under a vague topic.
-        scores.append((0.55, "a value of its shape, for what the request is about"))
     return max(scores)

@@ -184,11 +184,14 @@ def test_a_value_of_the_attribute_for_another_subject_does_not_answer() -> None:
     assert not answers(Requirement("hotel budget"), groceries, query="Find a hotel in Rome")
 
 
-def test_a_value_of_the_right_shape_answers_under_a_vague_topic_about_the_request() -> None:
-    window = Requirement("visit window")
-    trades = PersonaMemory(topic="tradespeople", preference="weekday mornings only")
-    assert answers(window, trades, query="Book an engineer visit", instruction="Book the visit")
-    assert not answers(window, trades, query="Book an engineer", instruction="Call them")
+def test_a_value_of_the_right_shape_alone_does_not_answer() -> None:
+    # A time under a vague topic is some time: lunch's is not the workout's.
+    workout = Requirement("workout time")
+    lunch = PersonaMemory(topic="lunch", preference="block 12:30-1:15 every day")
+    assert not answers(workout, lunch, query="Schedule my strength sessions")
+    # With the subject named beside it, it is the workout's.
+    gym = PersonaMemory(topic="training", preference="workouts start by 6:30 or never")
+    assert answers(workout, gym, query="Schedule my strength sessions")
 
 
 def test_declared_options_must_be_stated() -> None:

@@ -159,7 +159,7 @@ def test_retrieval_follows_another_workers_writes_without_re_embedding_the_bank(
     found = retriever.retrieve(USER, search).persona
 
     assert [m.record.content.preference for m in found][:1] == ["APA"]  # the next call sees it
-    assert embedded == ["citation style", "citation style"]  # queries only, never the bank
+    assert embedded == ["citation style"]  # the query, once; never the bank
     mine.close()
     theirs.close()
 
