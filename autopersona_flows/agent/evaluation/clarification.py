@@ -27,7 +27,6 @@ from pydantic import (
     model_validator,
 )
 
-from autopersona_flows import _json
 from autopersona_flows.agent.agent import PersonaAgent
 from autopersona_flows.agent.decisions import (
     ClarifyDecision,
@@ -40,6 +39,7 @@ from autopersona_flows.agent.evaluation._common import (
     f1,
     lines,
     ratio,
+    read_cases,
 )
 from autopersona_flows.errors import EvaluationError
 from autopersona_flows.memory.embedders import Embedder, HashingEmbedder, check_vectors
@@ -358,27 +358,7 @@ def read_clarification_cases(path: str | Path) -> list[ClarificationCase]:
             (the message names the line and the field), two cases share a name,
             or the file holds no case.
     """
-    cases: list[ClarificationCase] = []
-    names: dict[str, int] = {}
-    for number, line in lines(path):
-        try:
-            raw = _json.loads(line)
-        except _json.JSONDecodeError as exc:
-            raise EvaluationError(f"{path}:{number}: not valid JSON ({exc})") from None
-        try:
-            case = ClarificationCase.model_validate(raw)
-        except ValidationError as exc:
-            raise EvaluationError(f"{path}:{number}: invalid case: {describe(exc)}") from None
-        if case.name in names:
-            first = names[case.name]
-            raise EvaluationError(
-                f"{path}:{number}: case {case.name!r} was already defined on line {first}"
-            )
-        names[case.name] = number
-        cases.append(case)
-    if not cases:
-        raise EvaluationError(f"{path} holds no case: the evaluation set is empty")
-    return cases
+    return read_cases(path, ClarificationCase, "the evaluation set")
 
 
 class _SeedMemory(BaseModel):

@@ -16,11 +16,11 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from autopersona_flows import _json
 from autopersona_flows.agent.agent import PersonaAgent
 from autopersona_flows.agent.decisions import (
     ClarifyDecision,
@@ -28,7 +28,7 @@ from autopersona_flows.agent.decisions import (
     NonBlank,
     PersonaRequest,
 )
-from autopersona_flows.agent.evaluation._common import describe, lines
+from autopersona_flows.agent.evaluation._common import describe, read_cases
 from autopersona_flows.agent.evaluation.noise import noise_memories
 from autopersona_flows.agent.evaluation.reports import (
     CategoryScores,
@@ -163,34 +163,14 @@ class JudgementCase(_Model):
         return self
 
 
-def read_judgement_cases(path: str) -> list[JudgementCase]:
+def read_judgement_cases(path: str | Path) -> list[JudgementCase]:
     """Read a benchmark file: one `JudgementCase` as JSON a line.
 
     Raises:
         EvaluationError: If the file cannot be read, a line is not a valid case
             (the message names the line and the field), names repeat, or it is empty.
     """
-    cases: list[JudgementCase] = []
-    names: dict[str, int] = {}
-    for number, line in lines(path):
-        try:
-            raw = _json.loads(line)
-        except _json.JSONDecodeError as exc:
-            raise EvaluationError(f"{path}:{number}: not valid JSON ({exc})") from None
-        try:
-            case = JudgementCase.model_validate(raw)
-        except ValidationError as exc:
-            raise EvaluationError(f"{path}:{number}: invalid case: {describe(exc)}") from None
-        if case.name in names:
-            first = names[case.name]
-            raise EvaluationError(
-                f"{path}:{number}: case {case.name!r} was already defined on line {first}"
-            )
-        names[case.name] = number
-        cases.append(case)
-    if not cases:
-        raise EvaluationError(f"{path} holds no case: the benchmark is empty")
-    return cases
+    return read_cases(path, JudgementCase, "the benchmark")
 
 
 AgentFactory = Callable[[MemoryStore], PersonaAgent]
