@@ -10,7 +10,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from autopersona_flows import JsonlMemoryStore
+# The conformance suite and test helpers live in the package; rewrite their asserts so
+# failures show values. Before anything imports them, so here, at the root.
+pytest.register_assert_rewrite("autopersona_flows.testing")
+
+from autopersona_flows import JsonlMemoryStore  # noqa: E402 - after the rewrite hook
 
 if TYPE_CHECKING:
     from autopersona_flows.memory.postgres import PostgresMemoryStore
