@@ -85,6 +85,7 @@ class BankIndex:
         self._arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._df: Counter[str] = Counter()
         self._total_length = 0.0
+        self._weighed: dict[str, tuple[float, np.ndarray | None, np.ndarray | None]] = {}
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -93,6 +94,8 @@ class BankIndex:
 
     def apply(self, changes: ChangeSet) -> None:
         """Bring the index up to date with a change set from the store."""
+        if changes.full or changes.records or changes.deleted:
+            self._weighed = {}  # every idf and length norm moves with the bank
         if changes.full:
             self._clear()
         for memory_id in changes.deleted:
@@ -217,29 +220,24 @@ class BankIndex:
             )
             result += weight * np.maximum(unit @ self._vectors[:n].T, 0.0)
         if weight < 1:
-            weighed: dict[str, tuple[float, np.ndarray | None, np.ndarray | None]] = {}
             for i, query in enumerate(queries):
-                result[i] += (1 - weight) * self._bm25(query, n, weighed)
+                result[i] += (1 - weight) * self._bm25(query, n)
         result[:, ~self._live[:n]] = -1.0
         return result
 
-    def _bm25(
-        self,
-        query: str,
-        n: int,
-        weighed: dict[str, tuple[float, np.ndarray | None, np.ndarray | None]],
-    ) -> np.ndarray:
+    def _bm25(self, query: str, n: int) -> np.ndarray:
         """BM25 of every row for ``query`` over the query's reference (see `Scoring`).
 
-        ``weighed`` caches each term's idf and per-row weights across the queries of
-        one `scores_many` call.
+        A term's idf and per-row weights are kept until the bank changes: a node's
+        searches repeat every run, and a bank changes far less often than it is read.
         """
         scores = np.zeros(n, dtype=np.float32)
         reference = 0.0
         for term in set(terms(query)):
-            if term not in weighed:
-                weighed[term] = self._term_weights(term)
-            idf, rows, values = weighed[term]
+            weighed = self._weighed.get(term)
+            if weighed is None:
+                weighed = self._weighed[term] = self._term_weights(term)
+            idf, rows, values = weighed
             reference += idf
             if rows is not None:
                 scores[rows] += values
