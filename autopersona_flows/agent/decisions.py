@@ -17,12 +17,11 @@ from pydantic import (
 )
 
 from autopersona_flows.errors import PolicyError
-from autopersona_flows.memory.records import LAYERS, JsonValue, MemoryLayer, non_blank
+from autopersona_flows.memory.records import LAYERS, MemoryLayer, non_blank
 from autopersona_flows.memory.retrieval import MemoryBundle
 from autopersona_flows.memory.users import check_user_id
 
 __all__ = [
-    "JSON_SCHEMA",
     "ClarifyDecision",
     "Constraint",
     "FinalDecision",
@@ -206,13 +205,6 @@ PersonaDecision = Annotated[FinalDecision | ClarifyDecision, Discriminator("acti
 """Final guidance or one clarifying question, told apart by ``action``."""
 
 _DECISION: TypeAdapter[FinalDecision | ClarifyDecision] = TypeAdapter(PersonaDecision)
-
-JSON_SCHEMA: dict[str, JsonValue] = _DECISION.json_schema()
-"""The JSON schema of a whole decision, retrieved memories included.
-
-LLM policies send a trimmed form of it (see ``agent.openai.OUTPUT_SCHEMA``): a
-model writes the decision, the agent attaches the memories."""
-
 
 def parse_decision(value: Any) -> FinalDecision | ClarifyDecision:
     """Validate a policy's answer (a decision, a dict, or JSON text) into a decision.
