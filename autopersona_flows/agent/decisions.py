@@ -206,6 +206,7 @@ PersonaDecision = Annotated[FinalDecision | ClarifyDecision, Discriminator("acti
 
 _DECISION: TypeAdapter[FinalDecision | ClarifyDecision] = TypeAdapter(PersonaDecision)
 
+
 def parse_decision(value: Any) -> FinalDecision | ClarifyDecision:
     """Validate a policy's answer (a decision, a dict, or JSON text) into a decision.
 

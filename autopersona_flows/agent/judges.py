@@ -213,7 +213,7 @@ class LexicalJudge:
             if relation == "conflict":
                 continue
             found = self.reader.read(need, value, frozenset(topic.roots))
-            strength, reason = reading.strength(need, relation, found, specific=topic.specific)
+            strength, reason = reading.strength(need, relation, found)
             if relation == "about" and found.kinds - {"name"}:
                 strength, reason = max(strength, 0.6), "its subject, with a value of its shape"
             if strength > best.strength:

@@ -329,7 +329,7 @@ class Phrase:
 
     @property
     def specific(self) -> bool:
-        """Whether it names one attribute of one thing ("meeting doorbell").
+        """Whether it names one attribute of one thing ("writing tone").
 
         Not a category ("travel", "code style", "work stuff") many values fall under.
         """

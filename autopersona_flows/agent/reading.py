@@ -9,7 +9,7 @@ the attribute named, a value of its shape, change), and how strongly that answer
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, Protocol
 
 from autopersona_flows.agent.decisions import PersonaRequest, Requirement
@@ -281,20 +281,16 @@ def strength(
 ) -> tuple[float, str]:
     """How strongly a memory answers, from its topic's relation and what its value says.
 
-    ``specific``: the topic names some other attribute of some other thing
-    ("meeting doorbell"), so its value is about that, unless it names this one.
+    ``specific``: the topic names one attribute of something ("writing tone"): a
+    declared option merely said in its value ("plain") is about that attribute.
     """
     if relation == "match":
         return 1.0, "its topic names the requirement"
     if relation == "partial":
         return 0.7, "its topic names the attribute in general"
+    if relation == "none" and specific and found.option is not None and found.polarity <= 0:
+        found = replace(found, option=None)
     from_value = _value_strength(need, relation, found)
-    if (
-        relation == "none"
-        and specific
-        and not (found.attribute or found.polarity > 0 or found.said)
-    ):
-        return 0.0, "its topic is about something else"
     if relation == "conflict":
         # Another attribute's topic answers only if its value says so plainly.
         strength, reason = from_value
