@@ -13,10 +13,11 @@ from autopersona_flows.agent.decisions import (
 )
 from autopersona_flows.agent.evidence import EvidencePolicy
 from autopersona_flows.agent.metrics import RuntimeMetrics
-from autopersona_flows.agent.planners import LEARNED, DefaultPlanner, SearchPlanner
+from autopersona_flows.agent.planners import LEARNED, STANDING, DefaultPlanner, SearchPlanner
 from autopersona_flows.agent.policies import Policy
+from autopersona_flows.agent.standing import stake_words
 from autopersona_flows.errors import PolicyError
-from autopersona_flows.memory.records import PersonaMemory
+from autopersona_flows.memory.records import MemoryRecord, PersonaMemory
 from autopersona_flows.memory.retrieval import (
     MemoryBundle,
     MemoryRetriever,
@@ -25,6 +26,7 @@ from autopersona_flows.memory.retrieval import (
     check_min_similarity,
     check_top_k,
 )
+from autopersona_flows.memory.text import normalise
 from autopersona_flows.memory.updates import MemoryUpdater, UpdateDecision
 
 __all__ = ["PersonaAgent"]
@@ -93,9 +95,10 @@ class PersonaAgent:
         except PolicyError:
             self._count("policy_errors")
             raise
-        if not decision.memories:
-            # Policies need not echo the evidence back; the decision carries it.
-            decision = decision.model_copy(update={"memories": memories})
+        # Policies need not echo the evidence back; the decision carries it, each
+        # memory once.
+        shown = (decision.memories or memories).distinct()
+        decision = decision.model_copy(update={"memories": shown})
         if isinstance(decision, ClarifyDecision) and decision.request is None:
             decision = decision.model_copy(update={"request": request})
         if self.metrics is not None:
@@ -140,50 +143,90 @@ class PersonaAgent:
         names = [asked.description, asked.question or ""] if asked else []
         node = request.node if request else None
         contexts = [node.id, node.instruction] if node else []
+        topic = decision.requirement or decision.question
+        known_as, learned_at = self._answered(user_id, topic)
         memory = PersonaMemory(
-            topic=decision.requirement or decision.question,
+            topic=topic,
             preference=answer.strip(),
-            aliases=_distinct(names, exclude=decision.requirement),
+            aliases=_distinct([*names, *known_as], exclude=topic),
             options=list(asked.options) if asked else list(decision.options),
-            contexts=_distinct([*contexts, request.query if request else ""]),
+            contexts=_distinct([*contexts, request.query if request else "", *learned_at]),
         )
         result = self.updater.update(user_id, "persona", memory)
         self._count("learned_answers")
         return result
 
+    def _answered(self, user_id: str, topic: str) -> tuple[list[str], list[str]]:
+        """The other names of earlier answers on ``topic``, and where they were learned.
+
+        A new answer replaces an old one (through the updater); the places the old
+        one was learned at, and its other names, stay with it, so that no node
+        asks again what it was told before.
+        """
+        search = SearchRequest(layer="persona", query=topic)
+        wanted = normalise(topic)
+        aliases: list[str] = []
+        contexts: list[str] = []
+        for memory in self.retriever.retrieve(user_id, [search], top_k=10).persona:
+            content = memory.record.content
+            if isinstance(content, PersonaMemory) and normalise(content.topic) == wanted:
+                aliases += content.aliases
+                contexts += content.contexts
+        return aliases, contexts
+
     def _retrieve(self, request: PersonaRequest, top_k: int, min_similarity: float) -> MemoryBundle:
-        """Retrieve what the planner asks for, plus every answer learned at this node or request.
+        """Retrieve what the planner asks for, then look two things up exactly.
 
         Each label's searches are distinct on their own: a retrieval hands each
         memory to the first search that finds it, and across purposes that would let
         one requirement's weak match take another requirement's evidence. Answers
-        learned here are looked up exactly, whatever words a requirement now uses, so
-        that a question answered at a step is never asked there again.
+        learned at this node or for this request are looked up whatever words a
+        requirement now uses, so that a question answered at a node is never asked
+        there again; and memories stating a stake of the work (an allergy for a
+        grocery order), however little they resemble the request, so that a
+        standing constraint reaches it in any bank and at any ``min_similarity``.
         """
         user_id = request.user_id
         bundle = self.retriever.retrieve(
             user_id, self.planner.plan(request), top_k, min_similarity, distinct_per_label=True
         )
-        if not request.requirements:
-            return bundle
         node = request.node
-        contexts = [request.query, *((node.id, node.instruction) if node else ())]
-        learned = [
-            ScoredMemory(
-                record=record,
-                score=1.0,
-                search=SearchRequest(layer="persona", query=record.content.topic, label=LEARNED),
+        found: dict[str, list[ScoredMemory]] = {"persona": [], "trajectory": []}
+        if request.requirements:
+            contexts = [request.query, *((node.id, node.instruction) if node else ())]
+            found["persona"] += _exact(
+                self.retriever.learned_at(user_id, contexts), LEARNED, "learned answers"
             )
-            for record in self.retriever.learned_at(user_id, contexts)
-            if isinstance(record.content, PersonaMemory)
-        ]
-        if not learned:
+        work = " ".join(part for part in (request.query, node.instruction if node else "") if part)
+        words = stake_words(work)
+        if words:
+            for layer in found:
+                found[layer] += _exact(
+                    self.retriever.containing(user_id, layer, words),  # type: ignore[arg-type]
+                    STANDING,
+                    "standing constraints",
+                )
+        if not any(found.values()):
             return bundle
-        return bundle.model_copy(update={"persona": [*learned, *bundle.persona]})
+        return bundle.model_copy(
+            update={layer: [*exact, *bundle.layer(layer)] for layer, exact in found.items()}  # type: ignore[arg-type]
+        )
 
     def _count(self, name: str) -> None:
         if self.metrics is not None:
             self.metrics.count(name)
+
+
+def _exact(records: list[MemoryRecord], label: str, what: str) -> list[ScoredMemory]:
+    """Memories found by an exact lookup, as retrieval results: they score 1.0."""
+    return [
+        ScoredMemory.model_construct(
+            record=record,
+            score=1.0,
+            search=SearchRequest(layer=record.layer, query=what, label=label),
+        )
+        for record in records
+    ]
 
 
 def _distinct(texts: list[str], exclude: str | None = None) -> list[str]:

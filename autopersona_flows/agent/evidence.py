@@ -35,17 +35,17 @@ from autopersona_flows.agent.decisions import (
     Requirement,
 )
 from autopersona_flows.agent.judges import Judge, LexicalJudge, Verdict
-from autopersona_flows.agent.phrases import content_roots, phrase, root
+from autopersona_flows.agent.phrases import clauses, content_roots, phrase, root
 from autopersona_flows.agent.planners import LEARNED, requirement_label
 from autopersona_flows.agent.standing import applies
-from autopersona_flows.errors import PolicyError
+from autopersona_flows.errors import AutopersonaError, PolicyError
 from autopersona_flows.memory.records import (
     MemoryRecord,
     PersonaMemory,
     TrajectoryMemory,
 )
 from autopersona_flows.memory.retrieval import MemoryBundle, ScoredMemory
-from autopersona_flows.memory.text import memory_text
+from autopersona_flows.memory.text import memory_text, normalise
 
 __all__ = ["EvidencePolicy", "constraint_text"]
 
@@ -150,6 +150,11 @@ class EvidencePolicy:
             return {name: [] for name in candidates}  # nothing can answer: no judge needed
         try:
             raw = self.judge.judge(request, candidates)
+        except AutopersonaError:  # already says what went wrong (an LLM, an embedder)
+            raise
+        except Exception as exc:  # a bug in a plugged-in judge, told apart from bad verdicts
+            raise PolicyError(f"judge {self.judge!r} raised {type(exc).__name__}: {exc}") from exc
+        try:
             answer = {
                 name: [Verdict.model_validate(v) for v in raw.get(name, ())] for name in candidates
             }
@@ -185,10 +190,10 @@ class EvidencePolicy:
             return None, []
         # The clearest answer holds, unless something said later replaces it: as
         # clear, or announcing a change ("pescatarian now"), or a habit of past tasks.
-        current = max(answers, key=lambda answer: (answer.strength, answer.when))
+        clearest = current = max(answers, key=lambda answer: (answer.strength, answer.when))
         for answer in sorted(answers, key=lambda answer: answer.when):
             if answer.when > current.when and (
-                answer.strength >= current.strength - self.margin
+                answer.strength >= clearest.strength - self.margin
                 or answer.changes
                 or answer.ceases
                 or len(answer.memories) > 1
@@ -227,12 +232,17 @@ class EvidencePolicy:
     def _guidance(
         self, request: PersonaRequest, memories: MemoryBundle, used: set[str]
     ) -> list[Constraint]:
-        """Standing constraints for the node's work first, then memories about it."""
+        """Standing constraints for the node's work first, then memories about it.
+
+        A memory about the work that a later change on its topic replaces is left
+        out: "diet: vegetarian" guides no more once "diet: pescatarian now" is said.
+        """
         node = request.node
         work = " ".join(part for part in (request.query, node.instruction if node else "") if part)
         about = content_roots(f"{work} {node.id if node else ''}".replace("-", " "))
         standing: dict[str, Constraint] = {}
         related: dict[str, Constraint] = {}
+        superseded = _superseded(memories)
         for memory in sorted(memories, key=lambda m: -m.score):
             record = memory.record
             if record.id in used or record.id in standing or record.id in related:
@@ -240,9 +250,12 @@ class EvidencePolicy:
             text = _statement(record)
             if text is None:
                 continue
+            # A standing constraint is shown even if a later memory shares its topic:
+            # two allergies are both true, and a stale one shown costs less than a
+            # live one dropped.
             if applies(text, work):
                 standing[record.id] = _guide(memory, "a standing constraint for this work")
-            elif _about(record, about):
+            elif record.id not in superseded and _about(record, about):
                 related[record.id] = _guide(memory, "about this work")
         return [*standing.values(), *related.values()][: self.max_guidance]
 
@@ -312,12 +325,13 @@ def _repeated(agreeing: list[tuple[Verdict, ScoredMemory]]) -> _Answer:
 def _constraint(requirement: Requirement, answer: _Answer) -> Constraint:
     first = answer.memories[0]
     if len(answer.memories) > 1:
-        tasks = ", ".join(
+        tasks = [
             repr(m.record.content.query)
             for m in answer.memories
             if isinstance(m.record.content, TrajectoryMemory)
-        )
-        text = f"{requirement.name}: {answer.value} (chosen before, in {tasks})"
+        ]
+        where = ", ".join(tasks) if tasks else f"{len(answer.memories)} memories"
+        text = f"{requirement.name}: {answer.value} (chosen before, in {where})"
     else:
         text = constraint_text(first)
         if answer.value and answer.value.casefold() not in text.casefold():
@@ -342,6 +356,30 @@ def _statement(record: MemoryRecord) -> str | None:
     if isinstance(content, TrajectoryMemory):
         return content.insight or None
     return memory_text(content)
+
+
+def _superseded(memories: MemoryBundle) -> set[str]:
+    """Persona memories replaced by a later one on their topic announcing a change.
+
+    Only an announced change ("pescatarian now", "no longer ...") replaces: two
+    memories on "Pip (dog)" may both be true.
+    """
+    by_topic: dict[str, dict[str, MemoryRecord]] = {}
+    for memory in memories.persona:
+        record = memory.record
+        assert isinstance(record.content, PersonaMemory)
+        by_topic.setdefault(normalise(record.content.topic), {})[record.id] = record
+    older: set[str] = set()
+    for records in by_topic.values():
+        changes = [
+            stated_at(record)
+            for record in records.values()
+            if any(part.changing or part.ceasing for part in clauses(_statement(record) or ""))
+        ]
+        if changes:
+            latest = max(changes)
+            older |= {id_ for id_, record in records.items() if stated_at(record) < latest}
+    return older
 
 
 def _about(record: MemoryRecord, work: frozenset[str]) -> bool:

@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from autopersona_flows.agent import reading
 from autopersona_flows.agent.decisions import PersonaRequest
-from autopersona_flows.agent.phrases import clauses, content_roots, kin, phrase
+from autopersona_flows.agent.phrases import clauses, content_roots, kin, phrase, value_kinds
 from autopersona_flows.agent.reading import Found, Need, Reader, Relation, WordMatcher
 from autopersona_flows.memory.records import PersonaMemory, TrajectoryMemory, WorkspaceMemory
 from autopersona_flows.memory.retrieval import ScoredMemory
@@ -142,7 +142,7 @@ class LexicalJudge:
         topic = phrase(content.topic)
         found = self.reader.read(need, text, frozenset(topic.roots))
         strength, reason = reading.strength(need, relation, found, specific=topic.specific)
-        if relation in ("match", "partial"):
+        if strength and relation in ("match", "partial"):
             reason = f"its topic {content.topic!r} names the requirement"
         return _verdict(memory_id, found, strength, reason, default=content.preference)
 
@@ -235,18 +235,19 @@ class LexicalJudge:
         candidates: Mapping[str, Sequence[ScoredMemory]],
         verdicts: dict[str, list[Verdict]],
     ) -> None:
-        """Answers learned at this node or for this request answer its need in other words.
+        """An answer learned at this node answers its need here in any words.
 
-        Only where nothing else ties them to a requirement: a learned answer already
-        answering one requirement of the request, or fitting several, is left alone,
-        and its value must fit (one of the options, the attribute's shape).
+        Only where nothing else ties it to a requirement: an answer already answering
+        one requirement of the request, or fitting several, is left alone, and its
+        value must fit (one of the options, the attribute's shape). Elsewhere in the
+        same job (the same request, another node) a quantity must also be linked to
+        the requirement by more than its shape (see `_same_need`).
         """
         node = request.node
-        here = {
-            normalise(text)
-            for text in (request.query, *((node.id, node.instruction) if node else ()))
-            if text
+        at_node = {
+            normalise(text) for text in ((node.id, node.instruction) if node else ()) if text
         }
+        for_job = {normalise(request.query)}
         learned: dict[str, list[tuple[str, int]]] = {}
         claimed: set[str] = set()
         for name, memories in candidates.items():
@@ -255,9 +256,12 @@ class LexicalJudge:
                 verdict = verdicts[name][i]
                 if verdict.answers and verdict.strength >= 0.6:
                     claimed.add(memory.record.id)
-                if isinstance(content, PersonaMemory) and here & {
-                    normalise(c) for c in content.contexts
-                }:
+                if not isinstance(content, PersonaMemory) or not content.contexts:
+                    continue
+                contexts = {normalise(context) for context in content.contexts}
+                if contexts & at_node or (
+                    contexts & for_job and self._same_need(needs[name], content)
+                ):
                     learned.setdefault(memory.record.id, []).append((name, i))
         for memory_id, places in learned.items():
             if memory_id in claimed:
@@ -277,8 +281,29 @@ class LexicalJudge:
                     strength=0.6,
                     value=self.reader.read(needs[name], content.preference).option
                     or content.preference,
-                    reason=f"the person answered {content.topic!r} at this step",
+                    reason=f"the person answered {content.topic!r} at this node",
                 )
+
+    def _same_need(self, need: Need, content: PersonaMemory) -> bool:
+        """Whether another node's unanswered need may be what was answered in this job.
+
+        A quantity (an amount, a date, a time) is the shape of many needs of one job
+        (a tip is no hotel budget): it must be linked by more than that (see
+        `_linked`). Anything else said, a place, a name, a diet, is taken for the
+        need it fits.
+        """
+        quantities = (need.kinds | value_kinds(content.preference)) & _QUANTITIES
+        return not quantities or self._linked(need, content)
+
+    def _linked(self, need: Need, content: PersonaMemory) -> bool:
+        """Whether a requirement is tied to a learned answer by more than its value's shape."""
+        offered = frozenset().union(*(content_roots(option) for option in content.options))
+        stated = self.reader.read(need, content.preference).option is not None
+        topic = phrase(content.topic)
+        return (
+            (bool(offered & need.option_roots) and stated)  # the same choices, answered
+            or bool(need.described & (offered | topic.identity | frozenset(topic.roots)))
+        )
 
     def _fits(self, need: Need, memory: ScoredMemory) -> bool:
         content = memory.record.content
@@ -308,6 +333,7 @@ _RANK: dict[str, int] = {
     "partial": 4,
     "match": 5,
 }
+_QUANTITIES = frozenset({"amount", "limit", "time", "day", "date", "duration", "count", "size"})
 _GENERIC_ANSWERS = frozenset(
     frozenset({word}) for word in ("yes", "no", "none", "other", "either", "any", "both", "skip")
 )

@@ -31,6 +31,8 @@ class DenseWordMatcher:
     def __init__(self, embedder: Embedder, threshold: float = 0.7, max_words: int = 65536) -> None:
         if not 0.0 < threshold <= 1.0:
             raise ValueError(f"threshold must lie in (0, 1], got {threshold!r}")
+        if isinstance(max_words, bool) or not isinstance(max_words, int) or max_words < 1:
+            raise ValueError(f"max_words must be a positive int, got {max_words!r}")
         self.embedder = embedder
         self.threshold = threshold
         self.max_words = max_words
@@ -50,17 +52,17 @@ class DenseWordMatcher:
     def vectors(self, words: list[str]) -> list[np.ndarray]:
         """The unit vectors of ``words``, embedding those not seen before in one call."""
         with self._lock:
-            missing = [word for word in dict.fromkeys(words) if word not in self._vectors]
+            known = {word: self._vectors[word] for word in words if word in self._vectors}
+            for word in known:
+                self._vectors.move_to_end(word)
+        missing = [word for word in dict.fromkeys(words) if word not in known]
         if missing:
             embedded = check_vectors(self.embedder, missing, self.embedder.embed(missing))
             norms = np.linalg.norm(embedded, axis=1, keepdims=True)
             embedded = np.divide(embedded, norms, out=np.zeros_like(embedded), where=norms > 0)
+            known.update(zip(missing, embedded, strict=True))
             with self._lock:
-                for word, vector in zip(missing, embedded, strict=True):
-                    self._vectors[word] = vector
+                self._vectors.update(zip(missing, embedded, strict=True))
                 while len(self._vectors) > self.max_words:
                     self._vectors.popitem(last=False)
-        with self._lock:
-            for word in words:
-                self._vectors.move_to_end(word)
-            return [self._vectors[word] for word in words]
+        return [known[word] for word in words]

@@ -6,7 +6,6 @@ from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 from autopersona_flows.agent.decisions import PersonaRequest, Requirement
-from autopersona_flows.agent.standing import standing_query
 from autopersona_flows.memory.records import LAYERS
 from autopersona_flows.memory.retrieval import SearchRequest
 
@@ -20,8 +19,8 @@ __all__ = [
 ]
 
 STANDING = "standing"
-"""The label of the search for standing constraints (allergies, access, limits) that
-could apply to the request's work: see `agent.standing`."""
+"""The label of memories looked up as possible standing constraints (allergies,
+access, limits) of the request's work: see `agent.standing` and `PersonaAgent`."""
 
 LEARNED = "learned"
 """The label of answers learned at the request's node or for its request: candidates
@@ -90,12 +89,6 @@ class DefaultPlanner:
             if text.strip()
             for layer in LAYERS
         ]
-        stakes = standing_query(" ".join(text for text, _ in texts))
-        if stakes is not None:
-            searches += [
-                SearchRequest(layer=layer, query=stakes, label=STANDING)
-                for layer in ("persona", "trajectory")
-            ]
         return searches
 
 

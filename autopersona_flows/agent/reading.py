@@ -61,7 +61,8 @@ class Need:
         name = phrase(requirement.name)
         # A weak head ("number", "format") says nothing of the value's shape; its
         # modifiers may ("date format" takes a date).
-        named = name.modifiers if name.weak else frozenset(name.roots[-1:])
+        head = frozenset({name.head}) if name.head else frozenset()
+        named = name.modifiers if name.weak else head
         return cls(
             name=name,
             described=content_roots(f"{requirement.description} {requirement.question or ''}"),
@@ -284,6 +285,11 @@ def strength(
     ``specific``: the topic names one attribute of something ("writing tone"): a
     declared option merely said in its value ("plain") is about that attribute.
     """
+    if relation in ("match", "partial") and need.options and found.option is None:
+        if found.ceases:  # "deleted Todoist, not using any to-do app now": ask again
+            return (1.0 if relation == "match" else 0.7), "it says the preference no longer holds"
+        # "citation style: Chicago" where APA or MLA must be chosen: ask, with the options.
+        return 0.0, "its value is none of the options"
     if relation == "match":
         return 1.0, "its topic names the requirement"
     if relation == "partial":

@@ -15,33 +15,32 @@ from functools import lru_cache
 
 from autopersona_flows.agent.phrases import content_roots
 
-__all__ = ["applies", "stakes", "standing_query"]
+__all__ = ["applies", "stake_words", "stakes"]
 
+_roots = content_roots
 
-def _roots(text: str) -> frozenset[str]:
-    return content_roots(text)
-
-
-# Stake -> words that state it.
-_STAKES: dict[str, frozenset[str]] = {
-    "health": _roots(
+# Stake -> words that state it, as written (to look memories up by) ...
+_STAKE_WORDS: dict[str, tuple[str, ...]] = {
+    "health": tuple(
         "allergy allergies allergic anaphylaxis anaphylactic epipen intolerance intolerant"
         " coeliac celiac diabetic diabetes insulin medication medications prescription"
         " pregnant pregnancy asthma asthmatic condition diagnosed interaction interacts"
-        " contraindicated blood thinner warfarin immune"
+        " contraindicated blood thinner warfarin immune".split()
     ),
-    "access": _roots(
+    "access": tuple(
         "wheelchair accessible accessibility step-free stepfree mobility disability disabled"
         " ramp ramps lift elevator deaf blind visually impaired crutches walker cane"
-        " seizures epilepsy"
+        " seizures epilepsy".split()
     ),
-    "money": _roots("cap capped ceiling afford overspend"),
-    "law": _roots(
+    "money": tuple("cap capped ceiling afford overspend".split()),
+    "law": tuple(
         "legal law laws lawyer compliance compliant regulation regulated regulatory gdpr hipaa"
         " confidential confidentiality nda consent pii personal-data privacy copyright"
-        " licence license licensing embargo export-controlled sanction sanctions audit"
+        " licence license licensing embargo export-controlled sanction sanctions audit".split()
     ),
 }
+# ... and as roots (to read them with).
+_STAKES = {stake: _roots(" ".join(words)) for stake, words in _STAKE_WORDS.items()}
 
 # Domain -> words of the work it covers.
 _DOMAINS: dict[str, frozenset[str]] = {
@@ -126,14 +125,12 @@ def applies(text: str, work: str) -> bool:
     return not own or bool(own & work_domains)
 
 
-def standing_query(work: str) -> str | None:
-    """Words to recall the standing constraints that could apply to ``work``, if any.
+def stake_words(work: str) -> list[str]:
+    """The words stating the stakes that could apply to ``work``, as written.
 
-    A memory stating an allergy shares no word with "Order groceries"; searching
-    for the stakes that touch the work's domains finds it.
+    A memory stating an allergy shares no word with "Order groceries": looking the
+    person's memories up by these words finds it, however much else the bank holds.
     """
     domains = _domains(work)
     wanted = [stake for stake, touched in _TOUCHES.items() if touched & domains]
-    if not wanted:
-        return None
-    return " ".join(sorted(frozenset().union(*(_STAKES[stake] for stake in wanted))))
+    return sorted({word for stake in wanted for word in _STAKE_WORDS[stake]})

@@ -270,6 +270,17 @@ class BankIndex:
         assert cached is not None  # every indexed term has a posting
         return cached
 
+    def containing(self, words: list[str], limit: int) -> list[MemoryRecord]:
+        """The live records holding every term of any of ``words``, newest rows first."""
+        rows: set[int] = set()
+        for word in words:
+            wanted = set(terms(word))
+            if not wanted or any(term not in self._postings for term in wanted):
+                continue
+            found = set.intersection(*(set(self._postings[term][0]) for term in wanted))
+            rows |= {row for row in found if self._live[row]}
+        return [self.records[row] for row in sorted(rows, reverse=True)[:limit]]  # type: ignore[misc]
+
     def learned_at(self, contexts: list[str]) -> list[MemoryRecord]:
         """The live records learned at any of ``contexts`` (see `PersonaMemory.contexts`)."""
         ids = dict.fromkeys(

@@ -89,6 +89,22 @@ class MemoryBundle(BaseModel):
             raise RetrievalError(f"unknown memory layer {layer!r}; expected one of {LAYERS}")
         return getattr(self, layer)
 
+    def distinct(self) -> MemoryBundle:
+        """This bundle with each memory once, as its best-scoring find, best first.
+
+        Searches distinct per label (see `MemoryRetriever.retrieve`) may each find
+        the same memory; a decision shows it once.
+        """
+        layers: dict[str, list[ScoredMemory]] = {}
+        for layer in LAYERS:
+            best: dict[str, ScoredMemory] = {}
+            for memory in getattr(self, layer):
+                kept = best.get(memory.record.id)
+                if kept is None or memory.score > kept.score:
+                    best[memory.record.id] = memory
+            layers[layer] = sorted(best.values(), key=lambda memory: -memory.score)
+        return MemoryBundle.model_construct(**layers)
+
     def __iter__(self) -> Iterator[ScoredMemory]:  # type: ignore[override]
         """Iterate over every memory found, layer by layer (`LAYERS` order)."""
         for layer in LAYERS:
@@ -236,15 +252,32 @@ class MemoryRetriever:
             known = {text: self._queries[text] for text in texts if text in self._queries}
             for text in known:
                 self._queries.move_to_end(text)
-        missing = [text for text in texts if text not in known]
+        missing = [text for text in dict.fromkeys(texts) if text not in known]
         if missing:
-            vectors = check_vectors(self.embedder, missing, self.embedder.embed(missing))
+            # A copy: the cache must not share memory with what the embedder may reuse.
+            vectors = np.array(check_vectors(self.embedder, missing, self.embedder.embed(missing)))
             known.update(zip(missing, vectors, strict=True))
             with self._lock:
                 self._queries.update(zip(missing, vectors, strict=True))
                 while len(self._queries) > _QUERY_CACHE:
                     self._queries.popitem(last=False)
         return np.stack([known[text] for text in texts])
+
+    def containing(
+        self, user_id: str, layer: MemoryLayer, words: Sequence[str], limit: int = 50
+    ) -> list[MemoryRecord]:
+        """The user's memories of ``layer`` holding any of ``words``, newest first.
+
+        A memory holds a word when it holds each of its terms (as the index analyses
+        text). An exact lookup, at most ``limit``: whatever else the bank holds and
+        however it scores.
+        """
+        check_user_id(user_id)
+        wanted = [word for word in words if word.strip()]
+        if not wanted:
+            return []
+        with self._index(user_id, layer) as index:
+            return index.containing(wanted, limit)
 
     def learned_at(self, user_id: str, contexts: Sequence[str]) -> list[MemoryRecord]:
         """The user's persona memories learned at any of ``contexts``.

@@ -16,6 +16,7 @@ the base of the judge's word roots (``agent/phrases.py``).
 from __future__ import annotations
 
 import re
+import threading
 from functools import lru_cache
 from typing import Any
 
@@ -86,12 +87,16 @@ def normalise(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip().casefold()
 
 
-_SNOWBALL = snowballstemmer.stemmer("english")
+# A stemmer keeps state between calls (PyStemmer says so): one per thread.
+_STEMMERS = threading.local()
 
 
 @lru_cache(maxsize=65536)
 def _snowball(word: str) -> str:
-    return _SNOWBALL.stemWord(word)
+    stemmer = getattr(_STEMMERS, "english", None)
+    if stemmer is None:
+        stemmer = _STEMMERS.english = snowballstemmer.stemmer("english")
+    return stemmer.stemWord(word)
 
 
 def terms(text: str) -> list[str]:

@@ -228,8 +228,13 @@ def test_policy_decisions_get_the_retrieved_memories(agent: PersonaAgent) -> Non
     decision = PersonaAgent(agent.retriever, FunctionPolicy(policy)).decide(
         request("ada", CITATION)
     )
-    assert decision.memories == seen[0]
-    assert len(decision.memories) > 0
+    # The decision carries what the policy saw, each memory once, as its best find.
+    assert decision.memories == seen[0].distinct()
+    ids = [memory.record.id for memory in decision.memories]
+    assert len(ids) == len(set(ids)) > 0
+    assert set(ids) == {memory.record.id for memory in seen[0]}
+    for shown in decision.memories:
+        assert shown.score == max(m.score for m in seen[0] if m.record.id == shown.record.id)
 
 
 def test_planner_and_arguments(agent: PersonaAgent) -> None:

@@ -156,6 +156,75 @@ def test_a_standing_constraint_reaches_related_work_only(store: JsonlMemoryStore
     assert not any("peanut" in c.text for c in references.constraints)
 
 
+def test_guidance_drops_what_a_later_change_replaced_and_keeps_what_still_holds(
+    store: JsonlMemoryStore,
+) -> None:
+    remember(
+        store,
+        "ada",
+        PersonaMemory(topic="Pip (dog)", preference="check every treat label for xylitol"),
+        PersonaMemory(topic="Pip (dog)", preference="small breed, chews are fine"),
+        PersonaMemory(topic="dinner", preference="vegetarian dinners"),
+        PersonaMemory(topic="dinner", preference="pescatarian now, fish is fine"),
+    )
+    dog = ask(store, query="Order treats for Pip the dog", instruction="Choose Pip's treats")
+    assert isinstance(dog, FinalDecision)
+    shown = " ".join(c.text for c in dog.constraints)
+    assert "xylitol" in shown
+    assert "chews" in shown
+    dinner = ask(store, query="Plan dinner for Friday", instruction="Pick the dinner recipe")
+    assert isinstance(dinner, FinalDecision)
+    shown = " ".join(c.text for c in dinner.constraints)
+    assert "pescatarian" in shown
+    assert "vegetarian dinners" not in shown  # replaced by the announced change
+
+
+def test_a_topic_answer_must_be_one_of_the_declared_options(store: JsonlMemoryStore) -> None:
+    remember(store, "ada", PersonaMemory(topic="citation style", preference="Chicago"))
+    style = Requirement("citation style", options=["APA", "MLA"])
+    decision = ask(store, style, query="Format my references", instruction="Format them")
+    assert isinstance(decision, ClarifyDecision)  # Chicago is not on offer: ask, with the choices
+    assert decision.options == ["APA", "MLA"]
+    remember(store, "bob", PersonaMemory(topic="citation style", preference="APA, 7th edition"))
+    request = PersonaRequest(user_id="bob", query="Format my references", requirements=[style])
+    answered = PersonaAgent(MemoryRetriever(store)).decide(request)
+    assert isinstance(answered, FinalDecision)
+    assert answered.constraints[0].value == "APA"
+
+
+def test_an_answer_whose_topic_says_it_no_longer_holds_is_asked_again(
+    store: JsonlMemoryStore,
+) -> None:
+    remember(
+        store,
+        "ada",
+        PersonaMemory(topic="to-do app", preference="Todoist, project 'Home'"),
+        PersonaMemory(topic="apps", preference="deleted Todoist, not using any to-do app now"),
+    )
+    app = Requirement("task app", options=["Todoist", "Apple Reminders", "Google Tasks"])
+    decision = ask(store, app, query="Add a task to my list", instruction="Create the task")
+    assert isinstance(decision, ClarifyDecision)
+    assert decision.requirement == "task app"
+
+
+def test_a_standing_constraint_is_found_in_any_bank_at_any_similarity(
+    store: JsonlMemoryStore,
+) -> None:
+    remember(store, "ada", PersonaMemory(topic="health", preference="severe peanut allergy"))
+    noise = noise_memories(["groceries", "order", "basket", "week"], 300, seed=3)
+    for record in noise:
+        remember(store, "ada", record.content)
+    request = PersonaRequest(
+        user_id="ada",
+        query="Order groceries for the week",
+        node=NodeInfo(id="basket", instruction="Fill the basket"),
+        retrieval_min_similarity=0.99,  # nothing resembles the request this closely
+    )
+    decision = PersonaAgent(MemoryRetriever(store)).decide(request)
+    assert isinstance(decision, FinalDecision)
+    assert any("peanut" in c.text for c in decision.constraints)
+
+
 def test_evidence_records_why_and_from_what(store: JsonlMemoryStore) -> None:
     remember(
         store,
@@ -217,6 +286,19 @@ def test_a_judge_is_held_to_its_contract(store: JsonlMemoryStore) -> None:
     for nonsense in (42, {"seat": [{"memory_id": 3}]}, {"seat": [{"answers": "maybe"}]}):
         with pytest.raises(PolicyError, match="invalid verdicts"):
             ask(store, SEAT, policy=EvidencePolicy(judge=_Judge(nonsense)))
+
+
+def test_a_judge_that_breaks_is_told_apart_from_one_that_answers_nonsense(
+    store: JsonlMemoryStore,
+) -> None:
+    remember(store, "ada", PersonaMemory(topic="seat", preference="aisle"))
+
+    def broken(candidates: object) -> object:
+        raise KeyError("seat")
+
+    with pytest.raises(PolicyError, match="raised KeyError") as caught:
+        ask(store, SEAT, policy=EvidencePolicy(judge=_Judge(broken)))
+    assert isinstance(caught.value.__cause__, KeyError)
 
 
 def test_no_judge_is_asked_when_nothing_was_recalled(store: JsonlMemoryStore) -> None:

@@ -1,12 +1,15 @@
 """The LexicalJudge: does a memory answer a requirement, read on the right fields?"""
 
 from datetime import UTC, datetime
+from typing import ClassVar
 
+import numpy as np
 import pytest
 
 from autopersona_flows import MemoryRecord, PersonaMemory, TrajectoryMemory, WorkspaceMemory
 from autopersona_flows.agent import NodeInfo, PersonaRequest, Requirement
 from autopersona_flows.agent.judges import LexicalJudge, Verdict
+from autopersona_flows.agent.matchers import DenseWordMatcher
 from autopersona_flows.agent.phrases import (
     attribute_kinds,
     clauses,
@@ -16,6 +19,7 @@ from autopersona_flows.agent.phrases import (
     root,
     value_kinds,
 )
+from autopersona_flows.memory import FunctionEmbedder
 from autopersona_flows.memory.records import LayerContent
 from autopersona_flows.memory.retrieval import ScoredMemory, SearchRequest
 
@@ -258,3 +262,61 @@ def test_strength_does_not_depend_on_the_rest_of_the_bank() -> None:
     crowded = judged(SEAT, seat, *noise)
     assert alone[0].strength == crowded[0].strength > 0.5
     assert not any(verdict.answers for verdict in crowded[1:])
+
+
+# -- dense word matching --------------------------------------------------------------------
+
+
+class WordVectors:
+    """An embedder of single words: synonyms share an axis, everything else its own."""
+
+    name, dim = "words", 8
+    AXES: ClassVar[dict[str, int]] = {"diet": 0, "eat": 0, "food": 0, "seat": 1, "chair": 1}
+
+    def __init__(self) -> None:
+        self.embedded: list[str] = []
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        self.embedded += texts
+        vectors = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for i, text in enumerate(texts):
+            axis = self.AXES.get(text, 2 + sum(map(ord, text)) % (self.dim - 2))
+            vectors[i, axis] = 1.0
+        return vectors
+
+
+def test_a_word_matcher_widens_what_counts_as_the_same_word() -> None:
+    words = WordVectors()
+    matcher = DenseWordMatcher(FunctionEmbedder(words.embed, name="words", dim=8))
+    assert matcher.same("diet", "eat")
+    assert not matcher.same("diet", "seat")
+    assert matcher.same("anything", "anything")
+    matcher.same("diet", "food")
+    assert sorted(words.embedded) == ["diet", "eat", "food", "seat"]  # each word once
+    memory = PersonaMemory(topic="what I eat", preference="no red meat, fish is fine")
+    diet = Requirement("diet")
+    request = PersonaRequest(user_id="ada", query="Plan dinners", requirements=[diet])
+    candidate = ScoredMemory(
+        record=MemoryRecord.of(memory, created_at=AT),
+        score=0.5,
+        search=SearchRequest(layer="persona", query="diet"),
+    )
+    (plain,) = LexicalJudge().judge(request, {"diet": [candidate]})["diet"]
+    (dense,) = LexicalJudge(matcher).judge(request, {"diet": [candidate]})["diet"]
+    assert not plain.answers
+    assert dense.answers
+    assert dense.strength >= 0.5
+
+
+def test_a_word_matcher_keeps_at_most_max_words_and_checks_its_arguments() -> None:
+    words = WordVectors()
+    matcher = DenseWordMatcher(FunctionEmbedder(words.embed, name="words", dim=8), max_words=2)
+    matcher.same("diet", "eat")
+    matcher.same("diet", "seat")  # "eat" was least recently used: it goes
+    matcher.same("diet", "eat")
+    assert words.embedded == ["diet", "eat", "seat", "eat"]
+    assert len(matcher._vectors) == 2
+    embedder = FunctionEmbedder(words.embed, name="words", dim=8)
+    for bad in ({"threshold": 0.0}, {"threshold": 1.5}, {"max_words": 0}, {"max_words": True}):
+        with pytest.raises(ValueError, match="must"):
+            DenseWordMatcher(embedder, **bad)

@@ -87,6 +87,47 @@ def test_the_same_need_for_the_same_job_at_another_step_is_not_asked_again(
     assert "under 200" in (value(decision, "max rate") or "")
 
 
+def test_a_place_answered_in_a_job_answers_its_need_at_another_step(agent: PersonaAgent) -> None:
+    query = "Refill my inhaler prescription"
+    send = NodeInfo(id="send-request", instruction="Send the repeat prescription request")
+    question = agent.decide(request(Requirement("pharmacy"), node=send, query=query))
+    assert isinstance(question, ClarifyDecision)
+    agent.learn("ada", question, "Boots on Castle Street")
+    notify = NodeInfo(id="notify", instruction="Tell the person where to collect")
+    later = request(Requirement("where to collect from"), node=notify, query=query)
+    assert value(agent.decide(later), "where to collect from") == "Boots on Castle Street"
+
+
+def test_an_amount_answered_in_a_job_is_no_other_amount_at_another_step(
+    agent: PersonaAgent,
+) -> None:
+    asked_and_answered(agent, Requirement("hotel budget"), "200 a night")
+    tip = Requirement("tip", description="what to leave the driver")
+    decision = agent.decide(request(tip, node=NodeInfo(id="book-taxi", instruction="Book a cab")))
+    assert isinstance(decision, ClarifyDecision)  # both are amounts; nothing else ties them
+    assert decision.requirement == "tip"
+
+
+def test_a_new_answer_keeps_where_the_old_one_was_learned(
+    agent: PersonaAgent, store: JsonlMemoryStore
+) -> None:
+    asked_and_answered(agent, Requirement("seat preference"), "aisle")
+    elsewhere = NodeInfo(id="rebook", instruction="Rebook the cancelled flight")
+    question = agent.decide(request(Requirement("seat preference"), node=elsewhere))
+    assert isinstance(question, FinalDecision)  # known: not asked
+    changed = ClarifyDecision(
+        question="Seat?",
+        requirement="seat preference",
+        request=request(Requirement("seat preference"), node=elsewhere),
+    )
+    agent.learn("ada", changed, "window")
+    (memory,) = store.list("ada", "persona")
+    assert memory.content.preference == "window"
+    assert {"choose-seat", "rebook"} <= set(memory.content.contexts)
+    # At the first step, the need in other words still finds the (new) answer.
+    assert value(agent.decide(request(Requirement("where to sit"))), "where to sit") == "window"
+
+
 def test_another_need_at_the_same_step_is_asked(agent: PersonaAgent) -> None:
     asked_and_answered(agent, Requirement("seat preference", options=["aisle", "window"]), "aisle")
     meal = Requirement("meal", options=["vegetarian", "standard"])  # the answer is no meal

@@ -120,3 +120,17 @@ def test_the_index_analyzer_stems_with_snowball() -> None:
     assert terms("The preferred preferences") == ["prefer", "prefer"]
     assert terms("delivery_address") == ["deliveri", "address"]
     assert hashing_terms("delivery_address") == ["delivery_address"]  # frozen: see above
+
+
+def test_stemming_from_many_threads_gives_what_one_thread_gives() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from autopersona_flows.memory import text
+
+    # Words never stemmed before in this process, so each thread runs the stemmer.
+    letters = "abcdefghijklmnopqrst"
+    words = [f"{a}{b}{ending}" for a in letters for b in letters for ending in ("ies", "ing")]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        threaded = list(pool.map(text.terms, words))
+    text._snowball.cache_clear()
+    assert threaded == [text.terms(word) for word in words]

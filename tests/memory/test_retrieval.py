@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from autopersona_flows import (
     EmbeddingMismatchError,
+    InvalidUserIdError,
     JsonlMemoryStore,
     PersonaMemory,
     RetrievalError,
@@ -379,3 +380,126 @@ def test_scoring_many_queries_at_once_equals_one_by_one(store: JsonlMemoryStore)
         together = index.scores_many(queries, vectors)
         apart = np.stack([index.scores(q, v) for q, v in zip(queries, vectors, strict=True)])
     np.testing.assert_allclose(together, apart, rtol=1e-6)
+
+
+def test_answers_learned_at_a_step_follow_updates_and_compaction(store: JsonlMemoryStore) -> None:
+    learned = store.add(
+        "ada", PersonaMemory(topic="seat", preference="aisle", contexts=["choose-seat"])
+    )
+    retriever = MemoryRetriever(store)
+    assert retriever.learned_at("ada", ["choose-seat"]) == [learned]  # the index is built
+    moved = store.update(
+        "ada",
+        "persona",
+        learned.id,
+        PersonaMemory(topic="seat", preference="window", contexts=["rebook"]),
+    )
+    assert retriever.learned_at("ada", ["choose-seat"]) == []
+    assert retriever.learned_at("ada", ["rebook"]) == [moved]
+    store.compact("ada")
+    assert retriever.learned_at("ada", ["rebook"]) == [moved]
+    assert MemoryRetriever(JsonlMemoryStore(store.root)).learned_at("ada", ["rebook"]) == [moved]
+
+
+def test_memories_holding_words_are_found_exactly_newest_first(store: JsonlMemoryStore) -> None:
+    nuts = store.add("ada", PersonaMemory(topic="health", preference="peanut allergy"))
+    store.add("ada", PersonaMemory(topic="tone", preference="terse"))
+    later = store.add("ada", PersonaMemory(topic="dog", preference="allergic to chicken"))
+    store.add("bob", PersonaMemory(topic="health", preference="pollen allergy"))
+    retriever = MemoryRetriever(store)
+    # Any of the words; a word of two terms needs both.
+    assert retriever.containing("ada", "persona", ["allergy", "allergic"]) == [later, nuts]
+    assert retriever.containing("ada", "persona", ["allergic", "allergy"], limit=1) == [later]
+    assert retriever.containing("ada", "persona", ["allergies"]) == [nuts]  # as stemmed
+    assert retriever.containing("ada", "persona", ["peanut allergy"]) == [nuts]
+    assert retriever.containing("ada", "persona", ["step-free", "  "]) == []
+    assert retriever.containing("ada", "trajectory", ["allergy"]) == []
+    store.delete("ada", "persona", later.id)
+    assert retriever.containing("ada", "persona", ["allergy", "allergic"]) == [nuts]
+    with pytest.raises(InvalidUserIdError):
+        retriever.containing("", "persona", ["allergy"])
+
+
+def test_a_long_lived_retriever_scores_as_a_fresh_one_after_every_change(
+    store: JsonlMemoryStore,
+) -> None:
+    # Term weights are kept between searches; every change must let them go.
+    updater = MemoryUpdater(store)
+    for memory in PREFERENCES:
+        updater.update("ada", "persona", memory)
+    kept = MemoryRetriever(store)
+    queries = [search("citation style APA"), search("terse tone"), search("meeting mornings")]
+
+    def scores(retriever: MemoryRetriever) -> list[tuple[str, float]]:
+        found = retriever.retrieve("ada", queries, top_k=5).persona
+        return [(memory.record.id, round(memory.score, 9)) for memory in found]
+
+    def same() -> None:
+        assert scores(kept) == scores(MemoryRetriever(JsonlMemoryStore(store.root)))
+
+    same()
+    store.add_many(
+        "ada",
+        "persona",
+        embed_records(HashingEmbedder(), [PersonaMemory(topic="tone", preference="APA warmth")]),
+    )
+    same()
+    first = store.list("ada", "persona")[0]
+    (revised,) = embed_records(
+        HashingEmbedder(), [PersonaMemory(topic="style", preference="MLA mornings")]
+    )
+    store.update("ada", "persona", first.id, revised.content, embedding=revised.embedding)
+    same()
+    store.delete("ada", "persona", store.list("ada", "persona")[1].id)
+    same()
+    store.compact("ada")
+    same()
+
+
+def test_a_bundle_shows_each_memory_once_as_its_best_find(seeded: JsonlMemoryStore) -> None:
+    retriever = MemoryRetriever(seeded)
+    searches = [
+        SearchRequest(layer="persona", query="citation style", label="a"),
+        SearchRequest(layer="persona", query="APA references", label="b"),
+    ]
+    bundle = retriever.retrieve("ada", searches, top_k=3, distinct_per_label=True)
+    ids = [memory.record.id for memory in bundle.persona]
+    assert len(ids) > len(set(ids))  # both labels found the APA preference
+    distinct = bundle.distinct()
+    assert [m.record.id for m in distinct.persona] == list(
+        dict.fromkeys(m.record.id for m in sorted(bundle.persona, key=lambda m: -m.score))
+    )
+    for shown in distinct.persona:
+        assert shown.score == max(m.score for m in bundle.persona if m.record.id == shown.record.id)
+    scores = [memory.score for memory in distinct.persona]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_query_vectors_are_embedded_once_and_the_cache_is_bounded(
+    store: JsonlMemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from autopersona_flows.memory import retrieval
+
+    monkeypatch.setattr(retrieval, "_QUERY_CACHE", 3)
+    store.add_many("ada", "persona", embed_records(HashingEmbedder(), PREFERENCES))
+    counting = CountingEmbedder()
+    retriever = MemoryRetriever(store, embedder=counting)
+    for _ in range(2):
+        retriever.retrieve("ada", [search("tone"), search("tone"), search("seat")])
+    assert counting.texts == ["tone", "seat"]  # each once, however often asked
+    for query in ("a", "b", "c", "d"):
+        retriever.retrieve("ada", [search(query)])
+    assert len(retriever._queries) == 3
+    retriever.retrieve("ada", [search("tone")])  # evicted, so embedded again
+    assert counting.texts[-1] == "tone"
+
+    def retrieve_many() -> None:
+        for i in range(50):
+            retriever.retrieve("ada", [search(f"q{i % 7}"), search("tone")])
+
+    threads = [threading.Thread(target=retrieve_many) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(retriever._queries) <= 3
