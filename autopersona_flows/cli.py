@@ -15,13 +15,13 @@ from pathlib import Path
 from autopersona_flows import _json
 from autopersona_flows.agent.agent import PersonaAgent
 from autopersona_flows.agent.evaluation import (
+    cases_kind,
     evaluate_clarification_policy,
     evaluate_judgement,
     read_clarification_cases,
     read_judgement_cases,
     seed_memories,
 )
-from autopersona_flows.agent.evaluation._common import lines
 from autopersona_flows.errors import (
     AutopersonaError,
     EvaluationError,
@@ -183,19 +183,14 @@ def _cmd_verify(args: argparse.Namespace) -> None:
     print(f"ok: {len(users)} users, every bank and history readable")
 
 
-def _is_clarification_set(path: str) -> bool:
-    """Whether a cases file is an older clarification set: its first case has no ``expect``."""
-    for _, line in lines(path):
-        try:
-            first = _json.loads(line)
-        except _json.JSONDecodeError:
-            return False  # whichever reader runs reports the line
-        return isinstance(first, dict) and "expect" not in first
-    return False
-
-
 def _cmd_eval(args: argparse.Namespace) -> None:
-    if not _is_clarification_set(args.cases):
+    if cases_kind(args.cases) == "judgement":
+        given = [flag for flag, value in (("--store", args.store), ("--seed", args.seed)) if value]
+        if given:
+            raise EvaluationError(
+                f"{args.cases} is a judgement benchmark, whose cases bring their own memories: "
+                f"{' and '.join(given)} apply to clarification sets only"
+            )
         _eval_judgement(args)
         return
     if args.store is None:

@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get("AUTOPERSONA_TEST_LLAMA_PYTHON"),
         help="start a llama.cpp server with SmolLM2 from this Python for the llm tier",
     )
-    parser.add_argument("--llm-limit", type=int, default=40, help="cases for the llm tier")
+    parser.add_argument("--llm-limit", type=int, default=30, help="cases for the llm tier")
     args = parser.parse_args(argv)
 
     cases = read_judgement_cases(args.cases)

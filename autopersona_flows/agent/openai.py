@@ -142,8 +142,9 @@ class OpenAICompatibleJudge:
     Invalid output is sent back with what was wrong, and the model asked again, up
     to ``max_retries`` times. Timeouts, refused connections, HTTP 408, 429 and 5xx
     are retried within the same budget; other HTTP errors are not. A server that
-    answers ``response_format: json_schema`` with HTTP 400 or 500 is asked with
-    ``json_object`` and the schema instead, at once and for every later request.
+    refuses ``response_format: json_schema`` (HTTP 400, 422 or 500 naming the
+    response format or the schema) is asked with ``json_object`` and the schema
+    instead, at once and for every later request.
 
     Args:
         base_url: The API root, e.g. ``"http://127.0.0.1:8000/v1"``.
@@ -280,7 +281,7 @@ class OpenAICompatibleJudge:
     def _complete(self, messages: list[dict[str, str]], schema: dict[str, Any]) -> str:
         """Send ``messages`` and return the answer's text."""
         response = self._post(messages, schema)
-        if self.response_format == "json_schema" and response.status_code in (400, 500):
+        if self.response_format == "json_schema" and _refuses_schema(response):
             logger.warning(
                 "%s refused response_format json_schema (HTTP %d: %s); asking with "
                 "json_object and the schema from now on",
@@ -494,6 +495,18 @@ def _checked(content: str, asked: Mapping[str, list[ScoredMemory]]) -> dict[str,
     if missing:
         raise _InvalidOutputError(f"there is no verdict for {missing}", content)
     return verdicts
+
+
+def _refuses_schema(response: httpx.Response) -> bool:
+    """Whether an error says the server cannot take ``response_format: json_schema``.
+
+    Only an error naming the response format or the schema: a transient 500 is
+    retried as it is, and keeps structured outputs.
+    """
+    if response.status_code not in (400, 422, 500):
+        return False
+    said = response.text.casefold()
+    return any(word in said for word in ("response_format", "json_schema", "schema"))
 
 
 def _reason(response: httpx.Response) -> str:

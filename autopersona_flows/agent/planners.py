@@ -51,13 +51,15 @@ class DefaultPlanner:
     A requirement is searched by its name alone (a memory stored under that name
     ranks first), with its description, by its options (a vague topic such as
     "travel" whose value names "aisle" is found through them) and by its declared
-    question. Requirement searches come first: a memory is returned once per
-    retrieval, to the first search that finds it, and a requirement's evidence must
-    be credited to that requirement.
+    question; each of its searches carries its label, so that its evidence is
+    credited to it (`PersonaAgent` keeps searches distinct per label). The node's
+    instruction and the query are searched in every layer with the retrieval's
+    ``top_k``.
 
     Args:
-        recall: Memories each requirement search recalls: a judge decides among
-            them, and a bank full of memories sharing its words needs depth.
+        recall: Memories each requirement search recalls (its ``top_k``): a judge
+            decides among them, and a bank full of memories sharing its words
+            needs depth.
     """
 
     def __init__(self, recall: int = 20) -> None:

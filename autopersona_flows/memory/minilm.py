@@ -112,8 +112,11 @@ class MiniLMEncoder:
                 (beyond float32 rounding, about 1e-7).
 
         Raises:
-            EmbedderError: If a package or a model file is missing or unsupported.
+            EmbedderError: If a package or a model file is missing or unsupported, or
+                ``batch_size`` is not a positive int.
         """
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise EmbedderError(f"batch_size must be a positive int, got {batch_size!r}")
         model = self._model if self._model is not None else self._load()
         if not texts:
             return np.zeros((0, model.words.shape[1]), dtype=np.float32)
@@ -136,6 +139,14 @@ class MiniLMEncoder:
             return self._model
 
 
+def _positive(config: dict[str, object], key: str) -> int:
+    """A configuration's positive int ``key``; `ValueError` if it is anything else."""
+    value = config[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{key} must be a positive int, got {value!r}")
+    return value
+
+
 def _read_model(folder: Path) -> _Model:
     try:  # the minilm extra's packages: imported only when the model is first used
         from safetensors.numpy import load_file  # noqa: PLC0415
@@ -151,13 +162,19 @@ def _read_model(folder: Path) -> _Model:
         config, sentence_bert, pooling = (
             json.loads((folder / name).read_text(encoding="utf-8")) for name in _CONFIGS
         )
-        heads, hidden, eps = (
-            config[key] for key in ("num_attention_heads", "hidden_size", "layer_norm_eps")
+        heads, hidden, depth = (
+            _positive(config, key)
+            for key in ("num_attention_heads", "hidden_size", "num_hidden_layers")
         )
-        max_length = min(sentence_bert["max_seq_length"], config["max_position_embeddings"])
-    except (ValueError, KeyError) as exc:  # not JSON, or a field missing
+        eps = float(config["layer_norm_eps"])
+        max_length = min(
+            _positive(sentence_bert, "max_seq_length"), _positive(config, "max_position_embeddings")
+        )
+        modes = [
+            key for key, on in sorted(pooling.items()) if key.startswith("pooling_mode") and on
+        ]
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # not JSON, or a bad field
         raise EmbedderError(f"{folder} has an unreadable configuration ({exc!r})") from exc
-    modes = [key for key, on in sorted(pooling.items()) if key.startswith("pooling_mode") and on]
     if (
         config.get("hidden_act") != "gelu"
         or config.get("position_embedding_type", "absolute") != "absolute"
@@ -189,7 +206,7 @@ def _read_model(folder: Path) -> _Model:
         return get(f"{prefix}.LayerNorm.weight"), get(f"{prefix}.LayerNorm.bias")
 
     layers = []
-    for i in range(config["num_hidden_layers"]):
+    for i in range(depth):
         p = f"encoder.layer.{i}"
         (q, qb), (k, kb), (v, vb) = (
             dense(f"{p}.attention.self.{n}") for n in ("query", "key", "value")

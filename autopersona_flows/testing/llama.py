@@ -38,6 +38,7 @@ def llama_server(
 
     Raises:
         SmolLM2Unavailable: If ``python`` lacks the server or the model package.
+        RuntimeError: If the server exits before it answers (``log`` says why).
         TimeoutError: If the server does not answer within ``start_timeout`` seconds.
     """
     found = subprocess.run([python, "-c", _FIND_MODEL], capture_output=True, text=True, check=False)
@@ -64,10 +65,18 @@ def llama_server(
                     break
             except httpx.TransportError:
                 pass
+            if server.poll() is not None:
+                raise RuntimeError(
+                    f"the llama.cpp server exited with code {server.returncode} before answering"
+                )
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the llama.cpp server did not answer within {start_timeout} s")
             time.sleep(0.2)
         yield url
     finally:
         server.terminate()
-        server.wait(10)
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()

@@ -680,6 +680,16 @@ def test_eval_of_a_clarification_set_needs_a_store(run_cli: RunCli) -> None:
     assert "Traceback" not in result.stderr
 
 
+def test_eval_of_a_judgement_benchmark_refuses_a_store(run_cli: RunCli, tmp_path: Path) -> None:
+    path = _write(tmp_path / "cases.jsonl", _raw("good"))
+    result = run_cli("eval", str(path), "--store", str(tmp_path / "store"), "--seed", str(path))
+    assert (result.returncode, result.stdout) == (1, "")
+    assert "bring their own memories: --store and --seed apply to clarification sets" in (
+        result.stderr
+    )
+    assert not (tmp_path / "store").exists()  # nothing written
+
+
 def test_eval_of_a_malformed_judgement_file_names_the_line(run_cli: RunCli, tmp_path: Path) -> None:
     path = _write(tmp_path / "cases.jsonl", _raw("good"), _raw("bad", category="vibes"))
     result = run_cli("eval", str(path))

@@ -289,6 +289,19 @@ def test_a_server_refusing_json_schema_is_asked_with_json_object_from_then_on(
     assert policy.judge.response_format == "json_object"
 
 
+def test_a_transient_500_is_retried_with_json_schema_kept(
+    server: FakeServer, make_policy: Callable[..., OpenAICompatiblePolicy]
+) -> None:
+    server.script((500, {"error": {"message": "model is loading"}}), completion(ANSWERED))
+    policy = make_policy()
+
+    assert policy.decide(REQUEST, BUNDLE).action == "final"
+
+    formats = [body["response_format"]["type"] for body in server.bodies()]
+    assert formats == ["json_schema", "json_schema"]
+    assert policy.judge.response_format == "json_schema"
+
+
 def test_authorization_header_only_with_an_api_key(
     server: FakeServer,
     make_policy: Callable[..., OpenAICompatiblePolicy],

@@ -154,6 +154,7 @@ def write_model_dir(folder: Path, hidden_act: str) -> Path:
         "config.json": {
             "hidden_act": hidden_act,
             "num_attention_heads": 12,
+            "num_hidden_layers": 6,
             "hidden_size": 384,
             "layer_norm_eps": 1e-12,
             "max_position_embeddings": 512,
@@ -183,6 +184,19 @@ def test_unreadable_model_files_are_reported(tmp_path: Path) -> None:
     (folder / "config.json").write_text('{"hidden_act": "gelu"}', encoding="utf-8")
     with pytest.raises(EmbedderError, match=r"unreadable configuration.*num_attention_heads"):
         MiniLMEncoder(folder).encode(["hello"])
+    for config in ("[1, 2]", '{"num_attention_heads": 0, "hidden_size": 384}'):
+        (folder / "config.json").write_text(config, encoding="utf-8")
+        with pytest.raises(EmbedderError, match="unreadable configuration"):
+            MiniLMEncoder(folder).encode(["hello"])
+    (folder / "1_Pooling/config.json").write_text("[]", encoding="utf-8")
+    with pytest.raises(EmbedderError, match="unreadable configuration"):
+        MiniLMEncoder(folder).encode(["hello"])
+
+
+@pytest.mark.parametrize("batch_size", [0, -1, True, 2.5])
+def test_a_bad_batch_size_is_refused_before_any_work(batch_size: object) -> None:
+    with pytest.raises(EmbedderError, match="batch_size must be a positive int"):
+        MiniLMEncoder("/nonexistent").encode(["hello"], batch_size=batch_size)
 
 
 def test_embedder_arguments() -> None:

@@ -5,6 +5,7 @@ cases, per-category metrics); `evaluate_clarification_policy` the older
 clarification set of ``tests/data/clarification`` (one shared bank per user).
 """
 
+from autopersona_flows.agent.evaluation._common import cases_kind
 from autopersona_flows.agent.evaluation.clarification import (
     CaseResult,
     ClarificationCase,
@@ -35,6 +36,7 @@ __all__ = [
     "JudgementCase",
     "JudgementReport",
     "JudgementResult",
+    "cases_kind",
     "evaluate_clarification_policy",
     "evaluate_judgement",
     "noise_memories",

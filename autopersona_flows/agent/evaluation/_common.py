@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from autopersona_flows import _json
 from autopersona_flows.errors import EvaluationError
 
-__all__ = ["describe", "f1", "lines", "ratio", "read_cases"]
+__all__ = ["cases_kind", "describe", "f1", "lines", "ratio", "read_cases"]
 
 Case = TypeVar("Case", bound=BaseModel)
 
@@ -41,6 +41,23 @@ def lines(path: str | Path) -> Iterator[tuple[int, bytes]]:
     for number, line in enumerate(data.split(b"\n"), start=1):
         if line.strip():
             yield number, line
+
+
+def cases_kind(path: str | Path) -> Literal["judgement", "clarification"]:
+    """Which evaluation a cases file is for: a clarification set's cases have no ``expect``.
+
+    Only the first case is looked at; whichever reader then runs checks every line.
+
+    Raises:
+        EvaluationError: If the file cannot be read.
+    """
+    for _, line in lines(path):
+        try:
+            first = _json.loads(line)
+        except _json.JSONDecodeError:
+            return "judgement"  # its reader reports the line
+        return "clarification" if isinstance(first, dict) and "expect" not in first else "judgement"
+    return "judgement"
 
 
 def describe(exc: ValidationError) -> str:
