@@ -185,7 +185,11 @@ def _cmd_verify(args: argparse.Namespace) -> None:
 
 def _cmd_eval(args: argparse.Namespace) -> None:
     if cases_kind(args.cases) == "judgement":
-        given = [flag for flag, value in (("--store", args.store), ("--seed", args.seed)) if value]
+        given = [
+            flag
+            for flag, value in (("--store", args.store), ("--seed", args.seed))
+            if value is not None
+        ]
         if given:
             raise EvaluationError(
                 f"{args.cases} is a judgement benchmark, whose cases bring their own memories: "

@@ -11,13 +11,13 @@ from autopersona_flows.agent.decisions import (
     PersonaRequest,
     parse_decision,
 )
-from autopersona_flows.agent.evidence import EvidencePolicy
+from autopersona_flows.agent.evidence import EvidencePolicy, statement
 from autopersona_flows.agent.metrics import RuntimeMetrics
 from autopersona_flows.agent.planners import LEARNED, STANDING, DefaultPlanner, SearchPlanner
 from autopersona_flows.agent.policies import Policy
-from autopersona_flows.agent.standing import stake_words
+from autopersona_flows.agent.standing import applies, stake_words
 from autopersona_flows.errors import PolicyError
-from autopersona_flows.memory.records import MemoryRecord, PersonaMemory
+from autopersona_flows.memory.records import MemoryLayer, MemoryRecord, PersonaMemory
 from autopersona_flows.memory.retrieval import (
     MemoryBundle,
     MemoryRetriever,
@@ -26,7 +26,6 @@ from autopersona_flows.memory.retrieval import (
     check_min_similarity,
     check_top_k,
 )
-from autopersona_flows.memory.text import normalise
 from autopersona_flows.memory.updates import MemoryUpdater, UpdateDecision
 
 __all__ = ["PersonaAgent"]
@@ -116,7 +115,8 @@ class PersonaAgent:
         aliases (its description and declared question), its options, and where it
         was asked (node id, instruction, request): a later requirement naming the
         same need in other words, or offering the same choices, finds it. It goes
-        through the updater, so a newer answer replaces an older one.
+        through the updater, so a newer answer replaces an older one, keeping where
+        that one was learned.
 
         Raises:
             PolicyError: If ``decision`` is not a clarification, or was made for
@@ -143,36 +143,16 @@ class PersonaAgent:
         names = [asked.description, asked.question or ""] if asked else []
         node = request.node if request else None
         contexts = [node.id, node.instruction] if node else []
-        topic = decision.requirement or decision.question
-        known_as, learned_at = self._answered(user_id, topic)
         memory = PersonaMemory(
-            topic=topic,
+            topic=decision.requirement or decision.question,
             preference=answer.strip(),
-            aliases=_distinct([*names, *known_as], exclude=topic),
+            aliases=_distinct(names, exclude=decision.requirement),
             options=list(asked.options) if asked else list(decision.options),
-            contexts=_distinct([*contexts, request.query if request else "", *learned_at]),
+            contexts=_distinct([*contexts, request.query if request else ""]),
         )
         result = self.updater.update(user_id, "persona", memory)
         self._count("learned_answers")
         return result
-
-    def _answered(self, user_id: str, topic: str) -> tuple[list[str], list[str]]:
-        """The other names of earlier answers on ``topic``, and where they were learned.
-
-        A new answer replaces an old one (through the updater); the places the old
-        one was learned at, and its other names, stay with it, so that no node
-        asks again what it was told before.
-        """
-        search = SearchRequest(layer="persona", query=topic)
-        wanted = normalise(topic)
-        aliases: list[str] = []
-        contexts: list[str] = []
-        for memory in self.retriever.retrieve(user_id, [search], top_k=10).persona:
-            content = memory.record.content
-            if isinstance(content, PersonaMemory) and normalise(content.topic) == wanted:
-                aliases += content.aliases
-                contexts += content.contexts
-        return aliases, contexts
 
     def _retrieve(self, request: PersonaRequest, top_k: int, min_similarity: float) -> MemoryBundle:
         """Retrieve what the planner asks for, then look two things up exactly.
@@ -191,42 +171,62 @@ class PersonaAgent:
             user_id, self.planner.plan(request), top_k, min_similarity, distinct_per_label=True
         )
         node = request.node
-        found: dict[str, list[ScoredMemory]] = {"persona": [], "trajectory": []}
+        found: dict[MemoryLayer, list[tuple[MemoryRecord, str]]] = {"persona": [], "trajectory": []}
         if request.requirements:
             contexts = [request.query, *((node.id, node.instruction) if node else ())]
-            found["persona"] += _exact(
-                self.retriever.learned_at(user_id, contexts), LEARNED, "learned answers"
-            )
+            found["persona"] += [
+                (record, LEARNED) for record in self.retriever.learned_at(user_id, contexts)
+            ]
         work = " ".join(part for part in (request.query, node.instruction if node else "") if part)
         words = stake_words(work)
-        if words:
-            for layer in found:
-                found[layer] += _exact(
-                    self.retriever.containing(user_id, layer, words),  # type: ignore[arg-type]
-                    STANDING,
-                    "standing constraints",
-                )
+        for layer in found if words else ():
+            holding = self.retriever.containing(user_id, layer, words)[:_STANDING_SCAN]
+            standing = [r for r in holding if applies(statement(r) or "", work)][:_MAX_STANDING]
+            found[layer] += [(record, STANDING) for record in standing]
         if not any(found.values()):
             return bundle
-        return bundle.model_copy(
-            update={layer: [*exact, *bundle.layer(layer)] for layer, exact in found.items()}  # type: ignore[arg-type]
-        )
+        return bundle.model_copy(update=_prepended(bundle, found))
 
     def _count(self, name: str) -> None:
         if self.metrics is not None:
             self.metrics.count(name)
 
 
-def _exact(records: list[MemoryRecord], label: str, what: str) -> list[ScoredMemory]:
-    """Memories found by an exact lookup, as retrieval results: they score 1.0."""
-    return [
-        ScoredMemory.model_construct(
-            record=record,
-            score=1.0,
-            search=SearchRequest(layer=record.layer, query=what, label=label),
-        )
-        for record in records
-    ]
+_STANDING_SCAN = 200
+"""Memories holding a stake word read per layer and decision, the most recently said
+first: what bounds the lookup's cost in a bank full of such words."""
+_MAX_STANDING = 20
+"""Standing constraints found by the lookup kept per layer."""
+
+
+def _prepended(
+    bundle: MemoryBundle, found: dict[MemoryLayer, list[tuple[MemoryRecord, str]]]
+) -> dict[str, list[ScoredMemory]]:
+    """The layers of ``bundle`` with memories found by exact lookups (and labels) first.
+
+    Each scores what a search of ``bundle`` scored it, or 0.0: a score is a
+    similarity, and these were found by other means.
+    """
+    scores: dict[str, float] = {}
+    for memory in bundle:
+        scores[memory.record.id] = max(memory.score, scores.get(memory.record.id, 0.0))
+    return {
+        layer: [
+            *(
+                ScoredMemory.model_construct(
+                    record=record,
+                    score=scores.get(record.id, 0.0),
+                    search=SearchRequest(layer=layer, query=_LOOKUPS[label], label=label),
+                )
+                for record, label in records
+            ),
+            *bundle.layer(layer),
+        ]
+        for layer, records in found.items()
+    }
+
+
+_LOOKUPS = {LEARNED: "learned answers", STANDING: "standing constraints"}
 
 
 def _distinct(texts: list[str], exclude: str | None = None) -> list[str]:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import ClassVar
 
+import httpx
 from pydantic import ValidationError
 
 from autopersona_flows.agent.decisions import (
@@ -47,7 +48,7 @@ from autopersona_flows.memory.records import (
 from autopersona_flows.memory.retrieval import MemoryBundle, ScoredMemory
 from autopersona_flows.memory.text import memory_text, normalise
 
-__all__ = ["EvidencePolicy", "constraint_text"]
+__all__ = ["EvidencePolicy", "constraint_text", "statement"]
 
 
 def constraint_text(memory: ScoredMemory | MemoryRecord) -> str:
@@ -150,7 +151,9 @@ class EvidencePolicy:
             return {name: [] for name in candidates}  # nothing can answer: no judge needed
         try:
             raw = self.judge.judge(request, candidates)
-        except AutopersonaError:  # already says what went wrong (an LLM, an embedder)
+        # Our own errors say what went wrong; a network failure of a remote judge is
+        # left as it is, for the task's retries.
+        except (AutopersonaError, OSError, httpx.TransportError):
             raise
         except Exception as exc:  # a bug in a plugged-in judge, told apart from bad verdicts
             raise PolicyError(f"judge {self.judge!r} raised {type(exc).__name__}: {exc}") from exc
@@ -247,7 +250,7 @@ class EvidencePolicy:
             record = memory.record
             if record.id in used or record.id in standing or record.id in related:
                 continue
-            text = _statement(record)
+            text = statement(record)
             if text is None:
                 continue
             # A standing constraint is shown even if a later memory shares its topic:
@@ -348,8 +351,11 @@ def _constraint(requirement: Requirement, answer: _Answer) -> Constraint:
     )
 
 
-def _statement(record: MemoryRecord) -> str | None:
-    """The text of what a memory states about the person, if it states anything."""
+def statement(record: MemoryRecord) -> str | None:
+    """The text of what a memory states about the person, if it states anything.
+
+    A preference or workspace state as stored; a past task's lesson, not its trace.
+    """
     content = record.content
     if isinstance(content, PersonaMemory):
         return memory_text(content)
@@ -359,26 +365,34 @@ def _statement(record: MemoryRecord) -> str | None:
 
 
 def _superseded(memories: MemoryBundle) -> set[str]:
-    """Persona memories replaced by a later one on their topic announcing a change.
+    """Persona memories a later one on their topic replaces by announcing a change.
 
-    Only an announced change ("pescatarian now", "no longer ...") replaces: two
-    memories on "Pip (dog)" may both be true.
+    The change must be about what the older one says, sharing a word of its value
+    beyond the topic ("no longer vegetarian" replaces "vegetarian dinners"): two
+    memories on "Pip (dog)", "check treats for xylitol" and "grain-free food now",
+    both hold.
     """
-    by_topic: dict[str, dict[str, MemoryRecord]] = {}
+    by_topic: dict[str, list[MemoryRecord]] = {}
     for memory in memories.persona:
-        record = memory.record
-        assert isinstance(record.content, PersonaMemory)
-        by_topic.setdefault(normalise(record.content.topic), {})[record.id] = record
+        content = memory.record.content
+        assert isinstance(content, PersonaMemory)
+        by_topic.setdefault(normalise(content.topic), []).append(memory.record)
     older: set[str] = set()
     for records in by_topic.values():
-        changes = [
-            stated_at(record)
-            for record in records.values()
-            if any(part.changing or part.ceasing for part in clauses(_statement(record) or ""))
-        ]
-        if changes:
-            latest = max(changes)
-            older |= {id_ for id_, record in records.items() if stated_at(record) < latest}
+        if len({record.id for record in records}) < 2:
+            continue
+        for changed in records:
+            content = changed.content
+            assert isinstance(content, PersonaMemory)
+            if not any(part.changing or part.ceasing for part in clauses(content.preference)):
+                continue
+            said = content_roots(content.preference) - content_roots(content.topic)
+            older |= {
+                record.id
+                for record in records
+                if stated_at(record) < stated_at(changed)
+                and said & content_roots(record.content.preference)  # type: ignore[union-attr]
+            }
     return older
 
 

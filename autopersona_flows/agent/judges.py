@@ -287,13 +287,15 @@ class LexicalJudge:
     def _same_need(self, need: Need, content: PersonaMemory) -> bool:
         """Whether another node's unanswered need may be what was answered in this job.
 
-        A quantity (an amount, a date, a time) is the shape of many needs of one job
-        (a tip is no hotel budget): it must be linked by more than that (see
-        `_linked`). Anything else said, a place, a name, a diet, is taken for the
-        need it fits.
+        It must be linked to the answer (see `_linked`), unless it is asked as an open
+        question ("where to collect from" after "pharmacy", "what they can't eat"
+        after "dietary needs") about something other than a quantity. A need named
+        by a noun names its own attribute: "hotel" is no "airline", whatever fits;
+        and a quantity is the shape of many needs of one job: a tip is no hotel
+        budget.
         """
         quantities = (need.kinds | value_kinds(content.preference)) & _QUANTITIES
-        return not quantities or self._linked(need, content)
+        return (need.open and not quantities) or self._linked(need, content)
 
     def _linked(self, need: Need, content: PersonaMemory) -> bool:
         """Whether a requirement is tied to a learned answer by more than its value's shape."""

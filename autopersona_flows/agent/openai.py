@@ -505,8 +505,8 @@ def _refuses_schema(response: httpx.Response) -> bool:
     """
     if response.status_code not in (400, 422, 500):
         return False
-    said = response.text.casefold()
-    return any(word in said for word in ("response_format", "json_schema", "schema"))
+    said = _reason(response).casefold()
+    return "response_format" in said or "schema" in said
 
 
 def _reason(response: httpx.Response) -> str:

@@ -43,6 +43,9 @@ is of (``about``: "Biscuit's food" for "dog food brand"), what the node is about
 (``subject``), nothing said, or another attribute (``conflict``)."""
 
 
+_QUESTION_WORDS = frozenset({"what", "where", "which", "who", "whom", "whose", "how"})
+
+
 @dataclass(frozen=True)
 class Need:
     """A requirement read once per decision: its phrase, options, context and shapes."""
@@ -52,6 +55,7 @@ class Need:
     options: tuple[tuple[str, frozenset[str]], ...]  # option text, its roots
     context: frozenset[str]  # roots of the query, node id and instruction
     kinds: frozenset[str]  # value shapes the attribute takes
+    open: bool = False  # named or described as a question ("where to collect from")
 
     @classmethod
     def of(cls, requirement: Requirement, request: PersonaRequest) -> Need:
@@ -73,6 +77,11 @@ class Need:
             ),
             context=content_roots(" ".join(where).replace("-", " ").replace("_", " ")),
             kinds=attribute_kinds(named) | name.asks,
+            open=any(
+                text.split(maxsplit=1)[0].casefold() in _QUESTION_WORDS
+                for text in (requirement.name, requirement.description)
+                if text.strip()
+            ),
         )
 
     @property

@@ -17,8 +17,6 @@ from autopersona_flows.agent.phrases import content_roots
 
 __all__ = ["applies", "stake_words", "stakes"]
 
-_roots = content_roots
-
 # Stake -> words that state it, as written (to look memories up by) ...
 _STAKE_WORDS: dict[str, tuple[str, ...]] = {
     "health": tuple(
@@ -40,35 +38,38 @@ _STAKE_WORDS: dict[str, tuple[str, ...]] = {
     ),
 }
 # ... and as roots (to read them with).
-_STAKES = {stake: _roots(" ".join(words)) for stake, words in _STAKE_WORDS.items()}
+_STAKES = {stake: content_roots(" ".join(words)) for stake, words in _STAKE_WORDS.items()}
+# A hard money limit is stated by a phrase (`_HARD_LIMIT`), mostly of stop words the
+# index drops ("no more than"): these words of such statements look them up.
+_LIMIT_WORDS = tuple("never max maximum afford strict strictly hard budget limit spend".split())
 
 # Domain -> words of the work it covers.
 _DOMAINS: dict[str, frozenset[str]] = {
-    "food": _roots(
+    "food": content_roots(
         "food eat eating meal meals dinner lunch breakfast brunch snack snacks restaurant"
         " restaurants cafe café canteen catering caterer menu dish dishes recipe recipes cook"
         " cooking bake baking grocery groceries supermarket ingredients kitchen picnic"
         " barbecue bbq takeaway takeout drinks cake dessert party potluck diner table"
     ),
-    "health": _roots(
+    "health": content_roots(
         "pharmacy pharmacist prescription medication medicine pills supplements vitamins"
         " doctor gp clinic hospital dentist dental nurse appointment treatment vaccine"
         " therapy health medical"
     ),
-    "venue": _roots(
+    "venue": content_roots(
         "venue venues hotel hotels room rooms flight flights train trains bus coach ferry"
         " trip trips travel travelling journey tour tours event events concert concerts"
         " theatre theater cinema museum stadium conference accommodation apartment airbnb"
         " taxi transfer airport station office offsite meeting meetings visit outing"
         " holiday vacation wedding party restaurant booking reservation seat seats"
     ),
-    "purchase": _roots(
+    "purchase": content_roots(
         "buy buying purchase purchases order ordering shop shopping store checkout cart"
         " pay payment price quote subscription subscribe rent rental hire gift gifts"
         " present presents booking book reserve reservation ticket tickets upgrade"
         " invoice spend"
     ),
-    "data": _roots(
+    "data": content_roots(
         "data dataset datasets export exports share sharing send upload publish report"
         " reports records database backup analytics survey customer customers client"
         " clients patient patients email emails spreadsheet crm logs contract contracts"
@@ -93,6 +94,7 @@ _HARD_LIMIT = re.compile(
 )
 
 
+@lru_cache(maxsize=16384)
 def _domains(text: str) -> frozenset[str]:
     roots = content_roots(text.replace("-", " ").replace("_", " "))
     return frozenset(domain for domain, words in _DOMAINS.items() if roots & words)
@@ -130,7 +132,11 @@ def stake_words(work: str) -> list[str]:
 
     A memory stating an allergy shares no word with "Order groceries": looking the
     person's memories up by these words finds it, however much else the bank holds.
+    Some memories found state no stake ("budget: flexible"): `applies` tells.
     """
     domains = _domains(work)
     wanted = [stake for stake, touched in _TOUCHES.items() if touched & domains]
-    return sorted({word for stake in wanted for word in _STAKE_WORDS[stake]})
+    words = {word for stake in wanted for word in _STAKE_WORDS[stake]}
+    if "money" in wanted:
+        words |= set(_LIMIT_WORDS)
+    return sorted(words)

@@ -39,7 +39,9 @@ def question_markdown(node_id: str, decision: ClarifyDecision) -> str:
     lines = [f"### Step `{node_id}` needs an answer", "", f"**{decision.question}**", ""]
     if decision.options:
         lines += ["Options: " + ", ".join(f"`{option}`" for option in decision.options), ""]
-    evidence = list(decision.memories)[:5]
+    # The closest first, whatever their layer; a memory found by a lookup, not by
+    # similarity (a standing constraint, score 0), came close to nothing.
+    evidence = sorted((m for m in decision.memories if m.score > 0), key=lambda m: -m.score)[:5]
     if evidence:
         lines += ["What memory holds that came close:", ""]
         lines += [f"- {m.record.layer} `{m.record.id}` (score {m.score:.2f})" for m in evidence]

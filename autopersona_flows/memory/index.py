@@ -86,6 +86,7 @@ class BankIndex:
         self._df: Counter[str] = Counter()
         self._total_length = 0.0
         self._weighed: dict[str, tuple[float, np.ndarray | None, np.ndarray | None]] = {}
+        self._holding: dict[tuple[str, ...], list[MemoryRecord]] = {}
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -96,6 +97,7 @@ class BankIndex:
         """Bring the index up to date with a change set from the store."""
         if changes.full or changes.records or changes.deleted:
             self._weighed = {}  # every idf and length norm moves with the bank
+            self._holding = {}
         if changes.full:
             self._clear()
         for memory_id in changes.deleted:
@@ -270,16 +272,28 @@ class BankIndex:
         assert cached is not None  # every indexed term has a posting
         return cached
 
-    def containing(self, words: list[str], limit: int) -> list[MemoryRecord]:
-        """The live records holding every term of any of ``words``, newest rows first."""
-        rows: set[int] = set()
-        for word in words:
-            wanted = set(terms(word))
-            if not wanted or any(term not in self._postings for term in wanted):
-                continue
-            found = set.intersection(*(set(self._postings[term][0]) for term in wanted))
-            rows |= {row for row in found if self._live[row]}
-        return [self.records[row] for row in sorted(rows, reverse=True)[:limit]]  # type: ignore[misc]
+    def containing(self, words: tuple[str, ...]) -> list[MemoryRecord]:
+        """The live records holding every term of any of ``words``, most recent first.
+
+        Ordered by when each was last said (``updated_at``, then id), so that any
+        process holding the same bank answers alike; kept until the bank changes.
+        """
+        found = self._holding.get(words)
+        if found is None:
+            rows: set[int] = set()
+            for word in words:
+                wanted = set(terms(word))
+                if not wanted or any(term not in self._postings for term in wanted):
+                    continue
+                held = set.intersection(*(set(self._postings[term][0]) for term in wanted))
+                rows |= {row for row in held if self._live[row]}
+            found = sorted(
+                (self.records[row] for row in rows),  # type: ignore[misc]
+                key=lambda record: (record.updated_at, record.id),
+                reverse=True,
+            )
+            self._holding[words] = found
+        return found
 
     def learned_at(self, contexts: list[str]) -> list[MemoryRecord]:
         """The live records learned at any of ``contexts`` (see `PersonaMemory.contexts`)."""

@@ -167,6 +167,10 @@ def _read_model(folder: Path) -> _Model:
             for key in ("num_attention_heads", "hidden_size", "num_hidden_layers")
         )
         eps = float(config["layer_norm_eps"])
+        if not 0.0 < eps < 1.0:
+            raise ValueError(f"layer_norm_eps must lie in (0, 1), got {eps!r}")
+        if hidden % heads:
+            raise ValueError(f"hidden_size {hidden} is not a multiple of {heads} heads")
         max_length = min(
             _positive(sentence_bert, "max_seq_length"), _positive(config, "max_position_embeddings")
         )

@@ -264,20 +264,19 @@ class MemoryRetriever:
         return np.stack([known[text] for text in texts])
 
     def containing(
-        self, user_id: str, layer: MemoryLayer, words: Sequence[str], limit: int = 50
+        self, user_id: str, layer: MemoryLayer, words: Sequence[str]
     ) -> list[MemoryRecord]:
-        """The user's memories of ``layer`` holding any of ``words``, newest first.
+        """The user's memories of ``layer`` holding any of ``words``, most recent first.
 
         A memory holds a word when it holds each of its terms (as the index analyses
-        text). An exact lookup, at most ``limit``: whatever else the bank holds and
-        however it scores.
+        text). An exact lookup: whatever else the bank holds and however it scores.
         """
         check_user_id(user_id)
-        wanted = [word for word in words if word.strip()]
+        wanted = tuple(sorted({word for word in words if word.strip()}))
         if not wanted:
             return []
         with self._index(user_id, layer) as index:
-            return index.containing(wanted, limit)
+            return list(index.containing(wanted))
 
     def learned_at(self, user_id: str, contexts: Sequence[str]) -> list[MemoryRecord]:
         """The user's persona memories learned at any of ``contexts``.

@@ -11,7 +11,8 @@ seen in the wild:
 - an unknown operation, an update without content, or content of another layer
   is a `ResolverError`, and nothing is written;
 - a delete never loses the new information: the contradicted memory moves to the
-  change history and the new content is stored in its place.
+  change history and the new content is stored in its place;
+- a learned answer replacing one on its topic keeps where that one was learned.
 """
 
 from __future__ import annotations
@@ -311,6 +312,9 @@ class MemoryUpdater:
                     "reason": "exact duplicate of the resolved content",
                 }
             )
+        if decision.operation in ("update", "delete"):
+            target = next(c.record for c in candidates if c.record.id == decision.target_id)
+            result = _carried(result, target.content)
         # Embed first: if the embedder fails, nothing has been changed yet.
         (embedded,) = embed_records(self.embedder, [result])
         match decision.operation:
@@ -326,3 +330,22 @@ class MemoryUpdater:
             case other:  # unreachable after validation; never write on an unknown operation
                 raise ResolverError(f"unknown operation {other!r}")
         return decision.model_copy(update={"content": result, "record": record})
+
+
+def _carried(new: LayerContent, old: LayerContent) -> LayerContent:
+    """A learned answer replacing one on the same topic keeps where that was learned.
+
+    Its other names and the nodes it was asked at (`PersonaMemory.aliases` and
+    ``contexts``) stay with the topic, so that no node asks again what it was told.
+    """
+    if not (
+        isinstance(new, PersonaMemory)
+        and isinstance(old, PersonaMemory)
+        and new.contexts
+        and normalise(new.topic) == normalise(old.topic)
+    ):
+        return new
+    topic = new.topic.strip()
+    aliases = [a for a in dict.fromkeys([*new.aliases, *old.aliases]) if a.strip() != topic]
+    contexts = list(dict.fromkeys([*new.contexts, *old.contexts]))
+    return new.model_copy(update={"aliases": aliases, "contexts": contexts})

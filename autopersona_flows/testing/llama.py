@@ -8,11 +8,13 @@ until it answers, and stops it afterwards. Nothing is downloaded at run time.
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import subprocess
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO
 
@@ -38,7 +40,8 @@ def llama_server(
 
     Raises:
         SmolLM2Unavailable: If ``python`` lacks the server or the model package.
-        RuntimeError: If the server exits before it answers (``log`` says why).
+        RuntimeError: If the server exits before it answers (its output, sent to
+            ``log`` if given, says why).
         TimeoutError: If the server does not answer within ``start_timeout`` seconds.
     """
     found = subprocess.run([python, "-c", _FIND_MODEL], capture_output=True, text=True, check=False)
@@ -74,9 +77,16 @@ def llama_server(
             time.sleep(0.2)
         yield url
     finally:
-        server.terminate()
+        _stop(server)
+
+
+def _stop(server: subprocess.Popen[bytes]) -> None:
+    """Stop the server's whole process group: politely, then for good after 10 s."""
+    for signal_, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, None)):
+        with suppress(ProcessLookupError):
+            os.killpg(server.pid, signal_)
         try:
-            server.wait(10)
+            server.wait(wait)
+            return
         except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+            continue

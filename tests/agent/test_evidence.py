@@ -163,20 +163,36 @@ def test_guidance_drops_what_a_later_change_replaced_and_keeps_what_still_holds(
         store,
         "ada",
         PersonaMemory(topic="Pip (dog)", preference="check every treat label for xylitol"),
-        PersonaMemory(topic="Pip (dog)", preference="small breed, chews are fine"),
+        PersonaMemory(topic="Pip (dog)", preference="he eats grain-free food now"),
         PersonaMemory(topic="dinner", preference="vegetarian dinners"),
-        PersonaMemory(topic="dinner", preference="pescatarian now, fish is fine"),
+        PersonaMemory(topic="dinner", preference="no longer vegetarian, fish is fine now"),
     )
     dog = ask(store, query="Order treats for Pip the dog", instruction="Choose Pip's treats")
     assert isinstance(dog, FinalDecision)
     shown = " ".join(c.text for c in dog.constraints)
-    assert "xylitol" in shown
-    assert "chews" in shown
+    assert "xylitol" in shown  # a change on the topic, about something else: both hold
+    assert "grain-free" in shown
     dinner = ask(store, query="Plan dinner for Friday", instruction="Pick the dinner recipe")
     assert isinstance(dinner, FinalDecision)
     shown = " ".join(c.text for c in dinner.constraints)
-    assert "pescatarian" in shown
+    assert "fish is fine" in shown
     assert "vegetarian dinners" not in shown  # replaced by the announced change
+
+
+def test_a_standing_constraint_is_shown_even_when_a_later_change_shares_its_topic(
+    store: JsonlMemoryStore,
+) -> None:
+    remember(
+        store,
+        "ada",
+        PersonaMemory(topic="allergies", preference="peanut allergy, carries an EpiPen"),
+        PersonaMemory(topic="allergies", preference="carries an EpiPen now for shellfish too"),
+    )
+    grocery = ask(store, query="Order groceries for the week", instruction="Fill the basket")
+    assert isinstance(grocery, FinalDecision)
+    shown = " ".join(c.text for c in grocery.constraints)
+    assert "peanut" in shown  # a stale allergy shown costs less than a live one dropped
+    assert "shellfish" in shown
 
 
 def test_a_topic_answer_must_be_one_of_the_declared_options(store: JsonlMemoryStore) -> None:
@@ -299,6 +315,44 @@ def test_a_judge_that_breaks_is_told_apart_from_one_that_answers_nonsense(
     with pytest.raises(PolicyError, match="raised KeyError") as caught:
         ask(store, SEAT, policy=EvidencePolicy(judge=_Judge(broken)))
     assert isinstance(caught.value.__cause__, KeyError)
+
+    def unreachable(candidates: object) -> object:
+        raise ConnectionRefusedError("the judge's server is down")
+
+    with pytest.raises(ConnectionRefusedError):  # left as it is: a task may retry it
+        ask(store, SEAT, policy=EvidencePolicy(judge=_Judge(unreachable)))
+
+
+def test_later_answers_within_the_margin_do_not_drift_away_from_the_clearest(
+    store: JsonlMemoryStore,
+) -> None:
+    # 1.0, then 0.9 (within the margin of 0.1: it replaces), then 0.8: within the
+    # margin of 0.9 but not of the clearest; compared step by step it would win.
+    strengths = {"aisle": 1.0, "window": 0.9, "middle": 0.8}
+    remember(
+        store,
+        "ada",
+        *(PersonaMemory(topic="seat", preference=value) for value in strengths),
+    )
+
+    def verdicts(candidates: dict) -> dict:
+        return {
+            name: [
+                {
+                    "memory_id": m.record.id,
+                    "answers": True,
+                    "strength": strengths[m.record.content.preference],
+                    "value": m.record.content.preference,
+                }
+                for m in memories
+            ]
+            for name, memories in candidates.items()
+        }
+
+    decision = ask(store, SEAT, policy=EvidencePolicy(judge=_Judge(verdicts)))
+    assert isinstance(decision, FinalDecision)
+    (constraint,) = [c for c in decision.constraints if c.requirement]
+    assert constraint.value == "window"
 
 
 def test_no_judge_is_asked_when_nothing_was_recalled(store: JsonlMemoryStore) -> None:

@@ -25,6 +25,7 @@ from autopersona_flows.agent.evaluation import (
     CATEGORIES,
     JudgementCase,
     JudgementReport,
+    cases_kind,
     evaluate_judgement,
     noise_memories,
     read_judgement_cases,
@@ -678,6 +679,16 @@ def test_eval_of_a_clarification_set_needs_a_store(run_cli: RunCli) -> None:
     assert result.stderr.startswith("error: ")
     assert "--store" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_cases_file_is_told_by_its_first_case(tmp_path: Path) -> None:
+    assert cases_kind(CLARIFICATION_CASES) == "clarification"
+    assert cases_kind(DATA / "judgement" / "cases.jsonl") == "judgement"
+    blank_first = _write(tmp_path / "blank.jsonl", b"", b"   ", _raw("good"))
+    assert cases_kind(blank_first) == "judgement"
+    assert cases_kind(_write(tmp_path / "broken.jsonl", b"{not json")) == "judgement"
+    with pytest.raises(EvaluationError, match="cannot read"):
+        cases_kind(tmp_path / "missing.jsonl")
 
 
 def test_eval_of_a_judgement_benchmark_refuses_a_store(run_cli: RunCli, tmp_path: Path) -> None:

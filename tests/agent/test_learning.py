@@ -108,6 +108,24 @@ def test_an_amount_answered_in_a_job_is_no_other_amount_at_another_step(
     assert decision.requirement == "tip"
 
 
+@pytest.mark.parametrize(
+    ("asked", "answer", "other"),
+    [
+        ("airline", "British Airways", "hotel"),
+        ("departure city", "London", "hotel area"),
+        ("dietary restriction", "vegetarian", "guest of honour"),
+    ],
+)
+def test_an_answer_in_a_job_is_no_need_another_step_names_for_itself(
+    agent: PersonaAgent, asked: str, answer: str, other: str
+) -> None:
+    asked_and_answered(agent, Requirement(asked), answer)
+    node = NodeInfo(id="next-step", instruction="Book the rest of the trip")
+    decision = agent.decide(request(Requirement(other), node=node))
+    assert isinstance(decision, ClarifyDecision)  # named by a noun of its own: not the answer
+    assert decision.requirement == other
+
+
 def test_a_new_answer_keeps_where_the_old_one_was_learned(
     agent: PersonaAgent, store: JsonlMemoryStore
 ) -> None:

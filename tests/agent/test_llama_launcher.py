@@ -51,3 +51,16 @@ def test_a_server_that_never_answers_times_out_and_is_stopped(tmp_path: Path) ->
         pass
     with pytest.raises(ProcessLookupError):  # stopped and reaped
         os.kill(int(pid_file.read_text()), 0)
+
+
+def test_a_server_that_ignores_terminate_is_killed(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    # The shell ignores SIGTERM and so does the sleep it waits on.
+    python = fake_python(tmp_path, f"trap '' TERM; echo $$ > \"{pid_file}\"; sleep 60")
+    with (
+        pytest.raises(TimeoutError),
+        llama_server(python, start_timeout=1),
+    ):
+        pass
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pid_file.read_text()), 0)

@@ -437,6 +437,34 @@ def test_a_client_error_is_not_retried(
     assert len(server.requests) == 1
 
 
+def test_a_400_naming_no_schema_is_an_error_not_a_fallback(
+    server: FakeServer, make_policy: Callable[..., OpenAICompatiblePolicy]
+) -> None:
+    server.script((400, {"error": {"message": "max_tokens is too large"}}))
+    policy = make_policy()
+
+    with pytest.raises(PolicyError, match="HTTP 400: max_tokens is too large"):
+        policy.decide(REQUEST, BUNDLE)
+    assert len(server.requests) == 1
+    assert policy.judge.response_format == "json_schema"
+
+
+def test_a_422_refusing_response_format_falls_back(
+    server: FakeServer, make_policy: Callable[..., OpenAICompatiblePolicy]
+) -> None:
+    server.script(
+        (422, {"error": {"message": "response_format type json_schema unsupported"}}),
+        completion(ANSWERED),
+    )
+    policy = make_policy()
+
+    assert policy.decide(REQUEST, BUNDLE).action == "final"
+    assert [body["response_format"]["type"] for body in server.bodies()] == [
+        "json_schema",
+        "json_object",
+    ]
+
+
 def test_a_body_without_choices_raises(
     server: FakeServer, make_policy: Callable[..., OpenAICompatiblePolicy]
 ) -> None:

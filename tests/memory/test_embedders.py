@@ -122,15 +122,23 @@ def test_the_index_analyzer_stems_with_snowball() -> None:
     assert hashing_terms("delivery_address") == ["delivery_address"]  # frozen: see above
 
 
-def test_stemming_from_many_threads_gives_what_one_thread_gives() -> None:
-    from concurrent.futures import ThreadPoolExecutor
+def test_each_thread_stems_with_a_stemmer_of_its_own() -> None:
+    # A Snowball stemmer keeps state between calls: threads must never share one.
+    import threading
 
     from autopersona_flows.memory import text
 
-    # Words never stemmed before in this process, so each thread runs the stemmer.
-    letters = "abcdefghijklmnopqrst"
-    words = [f"{a}{b}{ending}" for a in letters for b in letters for ending in ("ies", "ing")]
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        threaded = list(pool.map(text.terms, words))
-    text._snowball.cache_clear()
-    assert threaded == [text.terms(word) for word in words]
+    stemmers: list[object] = []  # held here, so no id is reused
+    stemmed: list[list[str]] = []
+
+    def stem(i: int) -> None:
+        stemmed.append(text.terms(f"allergies{'x' * i}ing"))  # not cached yet: stemmed here
+        stemmers.append(text._STEMMERS.english)
+
+    threads = [threading.Thread(target=stem, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len({id(stemmer) for stemmer in stemmers}) == 4
+    assert sorted(stemmed) == sorted(text.terms(f"allergies{'x' * i}ing") for i in range(4))
