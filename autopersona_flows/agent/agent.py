@@ -167,20 +167,28 @@ class PersonaAgent:
         standing constraint reaches it in any bank and at any ``min_similarity``.
         """
         user_id = request.user_id
+        as_of = request.as_of
         bundle = self.retriever.retrieve(
-            user_id, self.planner.plan(request), top_k, min_similarity, distinct_per_label=True
+            user_id,
+            self.planner.plan(request),
+            top_k,
+            min_similarity,
+            distinct_per_label=True,
+            as_of=as_of,
         )
         node = request.node
         found: dict[MemoryLayer, list[tuple[MemoryRecord, str]]] = {"persona": [], "trajectory": []}
         if request.requirements:
             contexts = [request.query, *((node.id, node.instruction) if node else ())]
             found["persona"] += [
-                (record, LEARNED) for record in self.retriever.learned_at(user_id, contexts)
+                (record, LEARNED)
+                for record in self.retriever.learned_at(user_id, contexts, as_of=as_of)
             ]
         work = " ".join(part for part in (request.query, node.instruction if node else "") if part)
         words = stake_words(work)
         for layer in found if words else ():
-            holding = self.retriever.containing(user_id, layer, words)[:_STANDING_SCAN]
+            holding = self.retriever.containing(user_id, layer, words, as_of=as_of)
+            holding = holding[:_STANDING_SCAN]
             standing = [r for r in holding if applies(statement(r) or "", work)][:_MAX_STANDING]
             found[layer] += [(record, STANDING) for record in standing]
         if not any(found.values()):

@@ -17,7 +17,7 @@ from pydantic import (
 )
 
 from autopersona_flows.errors import PolicyError
-from autopersona_flows.memory.records import LAYERS, MemoryLayer, non_blank
+from autopersona_flows.memory.records import LAYERS, MemoryLayer, UtcDatetime, non_blank
 from autopersona_flows.memory.retrieval import MemoryBundle
 from autopersona_flows.memory.users import check_user_id
 
@@ -111,6 +111,8 @@ class PersonaRequest(_Model):
         retrieval_top_k: Overrides the agent's ``top_k`` for this request only.
         retrieval_min_similarity: Overrides the agent's ``min_similarity`` for this
             request only (a high-risk step can demand stronger evidence).
+        as_of: Decide with memory as it stood then: only what was stated by then
+            and had not expired (see `MemoryRetriever.retrieve`); now by default.
     """
 
     user_id: Annotated[str, AfterValidator(check_user_id)]
@@ -120,6 +122,8 @@ class PersonaRequest(_Model):
     additional_tools: list[str] = Field(default_factory=list)
     retrieval_top_k: Annotated[int, Field(ge=1)] | None = None
     retrieval_min_similarity: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    # Left out while unset: requests hash into cache keys, which must not move.
+    as_of: Annotated[UtcDatetime | None, Field(exclude_if=lambda value: value is None)] = None
 
     @field_validator("requirements")
     @classmethod

@@ -36,10 +36,10 @@ from autopersona_flows.agent.decisions import (
     Requirement,
 )
 from autopersona_flows.agent.judges import Judge, LexicalJudge, Verdict
-from autopersona_flows.agent.phrases import clauses, content_roots, phrase, root
 from autopersona_flows.agent.planners import LEARNED, requirement_label
 from autopersona_flows.agent.standing import applies
 from autopersona_flows.errors import AutopersonaError, PolicyError
+from autopersona_flows.memory.phrases import clauses, content_roots, phrase, root
 from autopersona_flows.memory.records import (
     MemoryRecord,
     PersonaMemory,
@@ -61,11 +61,6 @@ def constraint_text(memory: ScoredMemory | MemoryRecord) -> str:
     if isinstance(content, TrajectoryMemory):
         return f"earlier, for {content.query!r}: {content.insight or memory_text(content)}"
     return f"workspace: {memory_text(content)}"
-
-
-def stated_at(record: MemoryRecord) -> datetime:
-    """When a memory was last said or observed: what "most recent" compares."""
-    return record.updated_at
 
 
 @dataclass(frozen=True)
@@ -285,7 +280,7 @@ _SHARED = frozenset({"node", "query"})
 def _single(verdict: Verdict, memory: ScoredMemory) -> _Answer:
     return _Answer(
         strength=verdict.strength,
-        when=stated_at(memory.record),
+        when=memory.record.at,
         value=verdict.value,
         memories=(memory,),
         reason=verdict.reason,
@@ -312,13 +307,13 @@ def _agreeing(
 
 def _repeated(agreeing: list[tuple[Verdict, ScoredMemory]]) -> _Answer:
     """Choices several past tasks agree on: stronger the more of them there are."""
-    newest = sorted(agreeing, key=lambda pair: stated_at(pair[1].record), reverse=True)
+    newest = sorted(agreeing, key=lambda pair: pair[1].record.at, reverse=True)
     shared = frozenset.intersection(*(content_roots(v.value or "") for v, _ in agreeing))
     value = newest[0][0].value or ""
     value = " ".join(word for word in value.split() if content_roots(word) & shared) or value
     return _Answer(
         strength=min(0.9, 0.55 + 0.1 * len(agreeing)),
-        when=stated_at(newest[0][1].record),
+        when=newest[0][1].record.at,
         value=value,
         memories=tuple(memory for _, memory in newest),
         reason=f"chosen in {len(agreeing)} past tasks",
@@ -390,8 +385,7 @@ def _superseded(memories: MemoryBundle) -> set[str]:
             older |= {
                 record.id
                 for record in records
-                if stated_at(record) < stated_at(changed)
-                and said & content_roots(record.content.preference)  # type: ignore[union-attr]
+                if record.at < changed.at and said & content_roots(record.content.preference)  # type: ignore[union-attr]
             }
     return older
 

@@ -36,8 +36,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from autopersona_flows.agent import reading
 from autopersona_flows.agent.decisions import PersonaRequest
-from autopersona_flows.agent.phrases import clauses, content_roots, kin, phrase, value_kinds
 from autopersona_flows.agent.reading import Found, Need, Reader, Relation, WordMatcher
+from autopersona_flows.memory.phrases import clauses, content_roots, kin, phrase, value_kinds
 from autopersona_flows.memory.records import PersonaMemory, TrajectoryMemory, WorkspaceMemory
 from autopersona_flows.memory.retrieval import ScoredMemory
 from autopersona_flows.memory.text import json_text, normalise

@@ -437,7 +437,7 @@ def _candidate(memory: ScoredMemory) -> dict[str, Any]:
     return {
         "memory_id": record.id,
         "layer": record.layer,
-        "said_at": record.updated_at.isoformat(),
+        "said_at": record.at.isoformat(),
         "content": record.content.model_dump(mode="json"),
     }
 

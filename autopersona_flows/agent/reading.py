@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Literal, Protocol
 
 from autopersona_flows.agent.decisions import PersonaRequest, Requirement
-from autopersona_flows.agent.phrases import (
+from autopersona_flows.memory.phrases import (
     KIN_WORDS,
     Clause,
     Phrase,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from autopersona_flows.agent.phrases import content_roots
+from autopersona_flows.memory.phrases import content_roots
 
 __all__ = ["applies", "stake_words", "stakes"]
 

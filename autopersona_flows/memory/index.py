@@ -21,7 +21,7 @@ from autopersona_flows.memory.protocol import ChangeSet
 from autopersona_flows.memory.records import LayerContent, MemoryRecord
 from autopersona_flows.memory.text import memory_text, normalise, terms
 
-__all__ = ["BankIndex", "Scoring"]
+__all__ = ["BankIndex", "Scoring", "TimeView"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,38 @@ class Scoring:
             raise ValueError("dense_weight and b must lie in [0, 1] and k1 must be >= 0")
 
 
+@dataclass(frozen=True)
+class TimeView:
+    """Which memories are current at a time, and how much recency counts.
+
+    Attributes:
+        as_of: POSIX seconds of the time the bank is looked at.
+        future: Whether memories stated after ``as_of`` count (looking at "now",
+            another worker's clock may run a little ahead).
+        past: Whether memories no longer current count too (history).
+        half_life: Seconds after which a memory's score is weighed 3/4, then 5/8...
+            towards 1/2 (``score * (1 + 2 ** -(age / half_life)) / 2``); ``None``:
+            recency does not weigh.
+    """
+
+    as_of: float
+    future: bool = True
+    past: bool = False
+    half_life: float | None = None
+
+    def current(self, at: np.ndarray, until: np.ndarray) -> np.ndarray:
+        """Whether each row (stated at ``at``, valid until ``until``) holds then."""
+        holds = np.ones(len(at), dtype=bool) if self.past else until > self.as_of
+        return holds if self.future else holds & (at <= self.as_of)
+
+    def weights(self, at: np.ndarray) -> np.ndarray | float:
+        """Each row's recency weight in (1/2, 1]."""
+        if self.half_life is None:
+            return 1.0
+        age = np.maximum(self.as_of - at, 0.0)
+        return ((1.0 + np.exp2(-age / self.half_life)) / 2.0).astype(np.float32)
+
+
 def _contexts(content: LayerContent) -> set[str]:
     return {normalise(context) for context in getattr(content, "contexts", ())}
 
@@ -79,6 +111,9 @@ class BankIndex:
         self._vectors = np.zeros((64, self.embedder.dim), dtype=np.float32)
         self._live = np.zeros(64, dtype=bool)
         self._lengths = np.zeros(64, dtype=np.float32)
+        # Event time (`MemoryRecord.at`) and validity end, as POSIX seconds.
+        self._at = np.zeros(64, dtype=np.float64)
+        self._until = np.full(64, np.inf, dtype=np.float64)
         # Postings grow as Python lists (cheap appends); their NumPy copies are
         # extended by the new tail only when a query needs them.
         self._postings: dict[str, tuple[list[int], list[int]]] = {}
@@ -152,6 +187,8 @@ class BankIndex:
             for context in _contexts(record.content):
                 self.contexts.setdefault(context, {})[record.id] = None
             self._live[row] = True
+            self._at[row] = record.at.timestamp()
+            self._until[row] = record.valid_until.timestamp() if record.valid_until else np.inf
             self._lengths[row] = length = sum(counts.values())
             self._total_length += length
             for term, tf in counts.items():
@@ -193,10 +230,11 @@ class BankIndex:
         vectors = np.zeros((capacity, self.embedder.dim), dtype=np.float32)
         vectors[: len(self._vectors)] = self._vectors
         self._vectors = vectors
-        self._live = np.concatenate([self._live, np.zeros(capacity - len(self._live), bool)])
-        self._lengths = np.concatenate(
-            [self._lengths, np.zeros(capacity - len(self._lengths), np.float32)]
-        )
+        grow = capacity - len(self._live)
+        self._live = np.concatenate([self._live, np.zeros(grow, bool)])
+        self._lengths = np.concatenate([self._lengths, np.zeros(grow, np.float32)])
+        self._at = np.concatenate([self._at, np.zeros(grow, np.float64)])
+        self._until = np.concatenate([self._until, np.full(grow, np.inf, np.float64)])
 
     # -- scoring -----------------------------------------------------------------------
 
@@ -204,11 +242,14 @@ class BankIndex:
         """Score every row for ``query``; removed rows score -1."""
         return self.scores_many([query], query_vector[None, :])[0]
 
-    def scores_many(self, queries: list[str], query_vectors: np.ndarray) -> np.ndarray:
+    def scores_many(
+        self, queries: list[str], query_vectors: np.ndarray, time: TimeView | None = None
+    ) -> np.ndarray:
         """Score every row for each query at once: shape ``(len(queries), rows)``.
 
         A term shared by several queries is weighed once; the dense part is one
-        matrix product.
+        matrix product. With ``time``, rows not current then score -1 and scores
+        are weighed by recency as it says.
         """
         n = len(self.records)
         result = np.zeros((len(queries), n), dtype=np.float32)
@@ -224,6 +265,9 @@ class BankIndex:
         if weight < 1:
             for i, query in enumerate(queries):
                 result[i] += (1 - weight) * self._bm25(query, n)
+        if time is not None:
+            result *= time.weights(self._at[:n])
+            result[:, ~time.current(self._at[:n], self._until[:n])] = -1.0
         result[:, ~self._live[:n]] = -1.0
         return result
 
@@ -275,7 +319,7 @@ class BankIndex:
     def containing(self, words: tuple[str, ...]) -> list[MemoryRecord]:
         """The live records holding every term of any of ``words``, most recent first.
 
-        Ordered by when each was last said (``updated_at``, then id), so that any
+        Ordered by when each was said (`MemoryRecord.at`, then id), so that any
         process holding the same bank answers alike; kept until the bank changes.
         """
         found = self._holding.get(words)
@@ -289,7 +333,7 @@ class BankIndex:
                 rows |= {row for row in held if self._live[row]}
             found = sorted(
                 (self.records[row] for row in rows),  # type: ignore[misc]
-                key=lambda record: (record.updated_at, record.id),
+                key=lambda record: (record.at, record.id),
                 reverse=True,
             )
             self._holding[words] = found
@@ -304,9 +348,7 @@ class BankIndex:
         )
         return [self.records[self.rows[memory_id]] for memory_id in ids]  # type: ignore[misc]
 
-    def find(self, content: LayerContent) -> MemoryRecord | None:
-        """Return the oldest live record whose content equals ``content``, if any."""
-        ids = self.digests.get(content_digest(content))
-        if not ids:
-            return None
-        return self.records[self.rows[min(ids)]]  # ids sort by creation time
+    def find(self, content: LayerContent) -> list[MemoryRecord]:
+        """The live records whose content equals ``content``, oldest first."""
+        ids = sorted(self.digests.get(content_digest(content), ()))  # ids sort by creation
+        return [self.records[self.rows[memory_id]] for memory_id in ids]  # type: ignore[misc]

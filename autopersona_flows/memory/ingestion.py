@@ -77,6 +77,9 @@ def ingest_task_history(
 ) -> IngestionResult:
     """Store one completed task: its trajectory as is, the rest through the updater.
 
+    Every memory is stated at the task's time (`RawTaskRecord.at`), so tasks may
+    be ingested in any order: a later one still wins over an earlier one.
+
     Args:
         store: The store to write to; must be the updater's store.
         updater: Resolves workspace and persona items against the bank (so a
@@ -88,12 +91,13 @@ def ingest_task_history(
     """
     if updater.store is not store:
         raise ValueError("the updater writes to another store than the one given")
-    trajectory = updater.add(record.user_id, refine_trajectory(record))
+    user, at = record.user_id, record.at
+    trajectory = updater.add(user, refine_trajectory(record), at=at)
     operations = [UpdateDecision(operation="add", reason="task trajectory", record=trajectory)]
     workspace = refine_workspace(record)
     if workspace is not None:
-        operations.append(updater.update(record.user_id, "workspace", workspace))
-    operations += [updater.update(record.user_id, "persona", p) for p in refine_persona(record)]
+        operations.append(updater.update(user, "workspace", workspace, at=at))
+    operations += [updater.update(user, "persona", p, at=at) for p in refine_persona(record)]
     return IngestionResult(user_id=record.user_id, operations=operations)
 
 

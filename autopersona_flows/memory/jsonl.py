@@ -37,6 +37,7 @@ import os
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import ClassVar
 
@@ -212,27 +213,40 @@ class JsonlMemoryStore:
         content: LayerContent,
         *,
         embedding: Embedding | None = None,
+        at: datetime | None = None,
+        valid_until: datetime | None = None,
+        reason: str = "",
     ) -> MemoryRecord:
         """Replace a record's content; see `MemoryStore.update`."""
         content = as_content(content, layer)
         with self._write(user_id, layer) as bank:
             before = bank.require(memory_id)
-            after = before.revised(content, embedding=embedding)
+            after = before.revised(content, embedding=embedding, at=at, valid_until=valid_until)
             # History first: a crash between the two writes may leave a history entry
             # for an update that never landed, but never loses the superseded version.
             bank.append_history(
-                MemoryChange(operation="update", at=after.updated_at, before=before, after=after)
+                MemoryChange(
+                    operation="update",
+                    at=after.updated_at,
+                    before=before,
+                    after=after,
+                    reason=reason,
+                )
             )
             bank.append(record_line(after), 1, create_store=self.root)
             bank.put(after)
         return after
 
-    def delete(self, user_id: str, layer: MemoryLayer, memory_id: str) -> MemoryRecord:
+    def delete(
+        self, user_id: str, layer: MemoryLayer, memory_id: str, *, reason: str = ""
+    ) -> MemoryRecord:
         """Remove a record, keeping it in the history; see `MemoryStore.delete`."""
         with self._write(user_id, layer) as bank:
             before = bank.require(memory_id)
             at = now()
-            bank.append_history(MemoryChange(operation="delete", at=at, before=before))
+            bank.append_history(
+                MemoryChange(operation="delete", at=at, before=before, reason=reason)
+            )
             tombstone = Delete(op="delete", id=memory_id, at=at)
             bank.append(tombstone.model_dump_json().encode() + b"\n", 1, create_store=self.root)
             bank.remove(memory_id)

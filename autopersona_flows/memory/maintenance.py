@@ -113,15 +113,18 @@ def _check_now(value: Any) -> datetime:
 def expire_workspace(
     store: MemoryStore, user_id: str, max_age: timedelta, *, now: datetime | None = None
 ) -> list[str]:
-    """Delete the user's workspace memories whose content is older than ``max_age``.
+    """Delete the user's workspace memories older than ``max_age`` or past their end.
 
-    A memory expires when its ``updated_at`` is earlier than ``now - max_age``.
-    Only workspace state goes stale: trajectories and persona memories are kept.
+    A memory expires when it was stated (`MemoryRecord.at`: when it was observed,
+    not when it was written, so a backfilled history expires too) before
+    ``now - max_age``, or when its ``valid_until`` has passed. Only workspace
+    state goes stale: trajectories and persona memories are kept (retrieval leaves
+    out those past their ``valid_until``).
 
     Args:
         store: The memory store.
         user_id: Whose workspace memories to expire.
-        max_age: How long a workspace memory lives after its last update.
+        max_age: How long a workspace memory lives after it was observed.
         now: The reference time; the current time by default.
 
     Returns:
@@ -133,17 +136,22 @@ def expire_workspace(
             a timezone-aware datetime.
     """
     check_user_id(user_id)
-    cutoff = _check_now(now) - _check_age(max_age)
+    now = _check_now(now)
+    cutoff = now - _check_age(max_age)
 
     def stale() -> list[str]:
-        return [r.id for r in store.list(user_id, "workspace") if r.updated_at < cutoff]
+        return [
+            r.id
+            for r in store.list(user_id, "workspace")
+            if r.at < cutoff or (r.valid_until is not None and r.valid_until <= now)
+        ]
 
     if not stale():  # read first: no write lock (nor a new bank folder) for nothing
         return []
     with store.locked(user_id, "workspace"):
         expired = stale()
         for memory_id in expired:
-            store.delete(user_id, "workspace", memory_id)
+            store.delete(user_id, "workspace", memory_id, reason="expired")
     return expired
 
 
@@ -159,13 +167,14 @@ def consolidate_duplicates(
 
     Two memories are near duplicates by the rules of `MemoryUpdater` and
     `HeuristicResolver`: equal content, or a retrieval score (see `Scoring`) of at
-    least ``duplicate_threshold``. Memories are visited oldest first (by
-    ``updated_at``, then id): one with a newer near duplicate is deleted in favour
-    of the most similar such, else its older near duplicates are deleted in its
-    favour, so every merge is of a pair that scored as duplicates. Passes repeat
-    under the bank's lock until one merges nothing (a removal shifts the lexical
-    statistics of the rest), so a second call merges nothing. The stored
-    embeddings are used; each memory's text is embedded only as a query.
+    least ``duplicate_threshold``. Memories are visited oldest first (by when
+    they were stated, `MemoryRecord.at`, then id): one with a newer near
+    duplicate is deleted in favour of the most similar such, else its older near
+    duplicates are deleted in its favour, so every merge is of a pair that
+    scored as duplicates. Passes repeat under the bank's lock until one merges
+    nothing (a removal shifts the lexical statistics of the rest), so a second
+    call merges nothing. The stored embeddings are used; each memory's text is
+    embedded only as a query.
 
     Args:
         store: The memory store.
@@ -196,7 +205,7 @@ def consolidate_duplicates(
 
 
 def _age(record: MemoryRecord) -> tuple[datetime, str]:
-    return record.updated_at, record.id
+    return record.at, record.id
 
 
 def _merge_pass(
@@ -227,7 +236,7 @@ def _merge_pass(
         newer = [twin for twin in twins.values() if _age(twin) > _age(record)]
         pairs = [(newer[0], record)] if newer else [(record, twin) for twin in twins.values()]
         for kept, old in pairs:
-            store.delete(user_id, layer, old.id)
+            store.delete(user_id, layer, old.id, reason=f"near duplicate of {kept.id}")
             removed.add(old.id)
             merges.append(MemoryMerge(layer=layer, kept=kept.id, removed=old.id))
     return merges

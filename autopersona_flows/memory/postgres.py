@@ -319,16 +319,19 @@ class PostgresMemoryStore:
         content: LayerContent,
         *,
         embedding: Embedding | None = None,
+        at: datetime | None = None,
+        valid_until: datetime | None = None,
+        reason: str = "",
     ) -> MemoryRecord:
         """Replace a record's content; see `MemoryStore.update`."""
         user, layer = self._key(user_id, layer)
         content = as_content(content, layer)
         with self._write(user, layer) as conn:
             before = self._require(conn, user, layer, memory_id)
-            after = before.revised(content, embedding=embedding)
+            after = before.revised(content, embedding=embedding, at=at, valid_until=valid_until)
             seq = self._next_seq(conn, user, layer)
             change = MemoryChange(
-                operation="update", at=after.updated_at, before=before, after=after
+                operation="update", at=after.updated_at, before=before, after=after, reason=reason
             )
             self._remember(conn, user, layer, seq, change)
             conn.execute(
@@ -338,13 +341,17 @@ class PostgresMemoryStore:
             )
         return after
 
-    def delete(self, user_id: str, layer: MemoryLayer, memory_id: str) -> MemoryRecord:
+    def delete(
+        self, user_id: str, layer: MemoryLayer, memory_id: str, *, reason: str = ""
+    ) -> MemoryRecord:
         """Remove a record, keeping it in the history; see `MemoryStore.delete`."""
         user, layer = self._key(user_id, layer)
         with self._write(user, layer) as conn:
             before = self._require(conn, user, layer, memory_id)
             seq = self._next_seq(conn, user, layer)
-            change = MemoryChange(operation="delete", at=datetime.now(UTC), before=before)
+            change = MemoryChange(
+                operation="delete", at=datetime.now(UTC), before=before, reason=reason
+            )
             self._remember(conn, user, layer, seq, change)
             conn.execute(
                 "DELETE FROM autopersona_memories WHERE user_id = %s AND layer = %s AND id = %s",

@@ -6,6 +6,7 @@ import builtins
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from autopersona_flows.memory.records import Embedding, LayerContent, MemoryLayer, MemoryRecord
@@ -90,11 +91,16 @@ class MemoryStore(Protocol):
         content: LayerContent,
         *,
         embedding: Embedding | None = None,
+        at: datetime | None = None,
+        valid_until: datetime | None = None,
+        reason: str = "",
     ) -> MemoryRecord:
         """Replace a record's content, keeping its id and creation time.
 
-        The previous version is kept in the change history. The stored embedding
-        described the old content, so it is replaced by ``embedding`` (or dropped).
+        The previous version is kept in the change history, with ``reason``. The
+        stored embedding described the old content, so it is replaced by
+        ``embedding`` (or dropped). ``at`` and ``valid_until`` are the new
+        content's `MemoryRecord.stated_at` and ``valid_until``.
 
         Returns:
             The updated record.
@@ -104,8 +110,10 @@ class MemoryStore(Protocol):
         """
         ...
 
-    def delete(self, user_id: str, layer: MemoryLayer, memory_id: str) -> MemoryRecord:
-        """Remove a record; it is kept in the change history.
+    def delete(
+        self, user_id: str, layer: MemoryLayer, memory_id: str, *, reason: str = ""
+    ) -> MemoryRecord:
+        """Remove a record; it is kept in the change history, with ``reason``.
 
         Returns:
             The removed record.

@@ -293,10 +293,24 @@ class Embedding(_Strict):
         return self
 
 
+def _none(value: Any) -> bool:
+    return value is None
+
+
+# Left out of the stored form while unset, like the persona fields above.
+_OptionalTime = Annotated[UtcDatetime | None, Field(exclude_if=_none)]
+
+
 class MemoryRecord(_Strict):
     """A stored memory: its content in an envelope with identity and timestamps.
 
     ``layer`` must match the content's layer; `MemoryRecord.of` fills it in.
+
+    Two clocks are kept apart: when the record was *written* (``created_at``,
+    ``updated_at``) and when what it says was *stated* (``stated_at``, and
+    ``valid_until`` for a fact that stops holding). A history loaded long after it
+    happened keeps the times it happened at; `at` is the time that recency,
+    supersession and expiry go by.
 
     Attributes:
         id: Unique and time-sortable; made on creation.
@@ -305,6 +319,9 @@ class MemoryRecord(_Strict):
         created_at: When the record was first written (UTC).
         updated_at: When its content last changed (UTC).
         embedding: The embedding of the content, if one was computed.
+        stated_at: When the person said it or it was observed, if that is not when
+            it was written (a backfilled history); ``None`` means `updated_at`.
+        valid_until: When it stops holding ("until March"), if it is time-bounded.
     """
 
     id: MemoryId = Field(default_factory=new_memory_id)
@@ -313,19 +330,39 @@ class MemoryRecord(_Strict):
     created_at: UtcDatetime = Field(default_factory=_now)
     updated_at: UtcDatetime = Field(default_factory=lambda data: data.get("created_at", _now()))
     embedding: Embedding | None = None
+    stated_at: _OptionalTime = None
+    valid_until: _OptionalTime = None
 
     @classmethod
     def of(cls, content: LayerContent, **fields: Any) -> Self:
         """Wrap layer content in a new record of its layer; ``fields`` set the rest."""
         return cls(layer=content.layer, content=content, **fields)
 
-    def revised(self, content: LayerContent, *, embedding: Embedding | None = None) -> Self:
+    @property
+    def at(self) -> datetime:
+        """When what the record says was stated: `stated_at`, else `updated_at`."""
+        return self.stated_at or self.updated_at
+
+    def holds_at(self, when: datetime) -> bool:
+        """Whether the record was stated by ``when`` and had not expired by then."""
+        return self.at <= when and (self.valid_until is None or when < self.valid_until)
+
+    def revised(
+        self,
+        content: LayerContent,
+        *,
+        embedding: Embedding | None = None,
+        at: datetime | None = None,
+        valid_until: datetime | None = None,
+    ) -> Self:
         """This record with new content: same id and creation time, updated now.
 
         Args:
             content: The new content, of this record's layer.
             embedding: The embedding of the new content; the old one described the old
                 content, so it is dropped if none is given.
+            at: When the new content was stated, if not now.
+            valid_until: When the new content stops holding, if it does.
         """
         return type(self)(
             id=self.id,
@@ -334,6 +371,8 @@ class MemoryRecord(_Strict):
             created_at=self.created_at,
             updated_at=max(_now(), self.created_at),  # a clock behind creation stays valid
             embedding=embedding,
+            stated_at=at,
+            valid_until=valid_until,
         )
 
     @field_validator("content", mode="before")
@@ -356,6 +395,8 @@ class MemoryRecord(_Strict):
     def _timestamps(self) -> MemoryRecord:
         if self.updated_at < self.created_at:
             raise ValueError("updated_at is earlier than created_at")
+        if self.stated_at and self.valid_until and self.valid_until <= self.stated_at:
+            raise ValueError("valid_until is not later than stated_at")
         return self
 
 
@@ -372,6 +413,8 @@ class RawTaskRecord(_Strict):
         interaction: Environment interactions.
         state: The workspace state afterwards.
         persona: Preferences and constraints the task revealed.
+        at: When the task happened, if not now: every memory ingested from it is
+            stated at that time.
     """
 
     user_id: Annotated[Text, AfterValidator(non_blank), AfterValidator(check_user_id)]
@@ -383,6 +426,7 @@ class RawTaskRecord(_Strict):
     interaction: list[JsonValue] = Field(default_factory=list)
     state: JsonValue = None
     persona: list[PersonaMemory] = Field(default_factory=list)
+    at: UtcDatetime | None = None
 
 
 def as_record(

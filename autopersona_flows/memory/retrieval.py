@@ -12,6 +12,7 @@ import math
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 import numpy as np
@@ -19,7 +20,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from autopersona_flows.errors import RetrievalError
 from autopersona_flows.memory.embedders import Embedder, HashingEmbedder, check_vectors
-from autopersona_flows.memory.index import BankIndex, Scoring
+from autopersona_flows.memory.index import BankIndex, Scoring, TimeView
 from autopersona_flows.memory.protocol import MemoryStore
 from autopersona_flows.memory.records import LAYERS, LayerContent, MemoryLayer, MemoryRecord
 from autopersona_flows.memory.users import check_user_id
@@ -133,6 +134,48 @@ def check_min_similarity(min_similarity: Any) -> float:
     return float(min_similarity)
 
 
+def time_view(
+    as_of: datetime | None = None,
+    *,
+    include_past: bool = False,
+    recency_half_life: timedelta | None = None,
+) -> TimeView:
+    """The `TimeView` of retrieval's time arguments (see `MemoryRetriever.retrieve`).
+
+    Raises:
+        RetrievalError: If ``as_of`` is not a timezone-aware datetime or the half
+            life is not a positive timedelta.
+    """
+    _check_as_of(as_of)
+    if recency_half_life is not None and (
+        not isinstance(recency_half_life, timedelta) or recency_half_life <= timedelta(0)
+    ):
+        raise RetrievalError(
+            f"recency_half_life must be a positive timedelta, got {recency_half_life!r}"
+        )
+    return TimeView(
+        as_of=(as_of or datetime.now(UTC)).timestamp(),
+        future=as_of is None,
+        past=include_past,
+        half_life=recency_half_life.total_seconds() if recency_half_life else None,
+    )
+
+
+def _check_as_of(as_of: Any) -> None:
+    if as_of is not None and (
+        not isinstance(as_of, datetime) or as_of.tzinfo is None or as_of.utcoffset() is None
+    ):
+        raise RetrievalError(f"as_of must be a timezone-aware datetime, got {as_of!r}")
+
+
+def _current(records: Sequence[MemoryRecord], as_of: datetime | None = None) -> list[MemoryRecord]:
+    _check_as_of(as_of)
+    if as_of is not None:
+        return [record for record in records if record.holds_at(as_of)]
+    now = datetime.now(UTC)
+    return [record for record in records if record.valid_until is None or now < record.valid_until]
+
+
 _QUERY_CACHE = 4096
 
 
@@ -179,6 +222,9 @@ class MemoryRetriever:
         min_similarity: float = 0.0,
         *,
         distinct_per_label: bool = False,
+        as_of: datetime | None = None,
+        include_past: bool = False,
+        recency_half_life: timedelta | None = None,
     ) -> MemoryBundle:
         """Run ``searches`` over the user's bank and return what they found.
 
@@ -197,15 +243,25 @@ class MemoryRetriever:
                 label* found, so that searches made for different purposes (one
                 requirement and another) each get their own results; a memory may
                 then appear once per label.
+            as_of: Look at the bank as of this time: only memories stated by then
+                (`MemoryRecord.at`) and not yet expired (``valid_until``). By
+                default, every memory not expired now. Versions an update replaced
+                are in `MemoryStore.history`, which this does not read.
+            include_past: Return expired memories too (and, with ``as_of``, those
+                stated later).
+            recency_half_life: Weigh recency: a memory this much older than
+                ``as_of`` (or now) scores 3/4 of what it would, one much older
+                towards 1/2. ``None``: what was said counts, not when.
 
         Raises:
-            RetrievalError: If ``top_k`` or ``min_similarity`` is invalid or a
-                search is not a `SearchRequest`.
+            RetrievalError: If ``top_k``, ``min_similarity`` or the time arguments
+                are invalid or a search is not a `SearchRequest`.
             EmbeddingMismatchError: If the bank was embedded by another embedder.
         """
         check_user_id(user_id)
         top_k = check_top_k(top_k)
         min_similarity = check_min_similarity(min_similarity)
+        time = time_view(as_of, include_past=include_past, recency_half_life=recency_half_life)
         searches = list(searches)
         for i, search in enumerate(searches):
             if not isinstance(search, SearchRequest):
@@ -222,7 +278,7 @@ class MemoryRetriever:
             queries = list(dict.fromkeys(search.query for search in mine))
             taken: dict[str | None, set[str]] = {}
             with self._index(user_id, layer) as index:
-                scores = index.scores_many(queries, embedded[[row[q] for q in queries]])
+                scores = index.scores_many(queries, embedded[[row[q] for q in queries]], time)
                 for search in mine:
                     found[layer] += self._top(
                         index,
@@ -264,38 +320,47 @@ class MemoryRetriever:
         return np.stack([known[text] for text in texts])
 
     def containing(
-        self, user_id: str, layer: MemoryLayer, words: Sequence[str]
+        self,
+        user_id: str,
+        layer: MemoryLayer,
+        words: Sequence[str],
+        *,
+        as_of: datetime | None = None,
     ) -> list[MemoryRecord]:
         """The user's memories of ``layer`` holding any of ``words``, most recent first.
 
         A memory holds a word when it holds each of its terms (as the index analyses
         text). An exact lookup: whatever else the bank holds and however it scores.
+        Only current memories (see ``as_of`` of `retrieve`).
         """
         check_user_id(user_id)
         wanted = tuple(sorted({word for word in words if word.strip()}))
         if not wanted:
             return []
         with self._index(user_id, layer) as index:
-            return list(index.containing(wanted))
+            return _current(index.containing(wanted), as_of)
 
-    def learned_at(self, user_id: str, contexts: Sequence[str]) -> list[MemoryRecord]:
+    def learned_at(
+        self, user_id: str, contexts: Sequence[str], *, as_of: datetime | None = None
+    ) -> list[MemoryRecord]:
         """The user's persona memories learned at any of ``contexts``.
 
         Contexts are node ids, instructions and requests (`PersonaMemory.contexts`),
-        compared without case or extra spacing.
+        compared without case or extra spacing. Only current memories (see
+        ``as_of`` of `retrieve`).
         """
         wanted = [context for context in contexts if context.strip()]
         if not wanted:
             return []
         with self._index(user_id, "persona") as index:
-            return index.learned_at(wanted)
+            return _current(index.learned_at(wanted), as_of)
 
     def find_exact(
         self, user_id: str, layer: MemoryLayer, content: LayerContent
     ) -> MemoryRecord | None:
-        """Return the user's memory in ``layer`` whose content equals ``content``, if any."""
+        """Return the user's oldest current memory in ``layer`` equal to ``content``, if any."""
         with self._index(user_id, layer) as index:
-            return index.find(content)
+            return next(iter(_current(index.find(content))), None)
 
     @staticmethod
     def _top(

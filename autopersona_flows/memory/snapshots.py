@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Literal, Self
+from typing import Annotated, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from autopersona_flows import _json
 from autopersona_flows.errors import SnapshotError
@@ -14,6 +14,10 @@ from autopersona_flows.memory._files import atomic_write
 from autopersona_flows.memory.records import LAYERS, MemoryLayer, MemoryRecord, UtcDatetime
 
 __all__ = ["MemoryChange", "MemorySnapshot", "read_snapshot", "write_snapshot"]
+
+
+def _blank(value: str) -> bool:
+    return not value
 
 
 class MemoryChange(BaseModel):
@@ -24,6 +28,7 @@ class MemoryChange(BaseModel):
         at: When it happened (UTC).
         before: The record as it was.
         after: The record that replaced it, for an update.
+        reason: Why, if the writer said (e.g. "no longer holds").
     """
 
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
@@ -32,6 +37,7 @@ class MemoryChange(BaseModel):
     at: UtcDatetime
     before: MemoryRecord
     after: MemoryRecord | None = None
+    reason: Annotated[str, Field(exclude_if=_blank)] = ""  # left out while empty: old bytes stay
 
 
 class MemorySnapshot(BaseModel):

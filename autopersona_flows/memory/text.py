@@ -10,7 +10,7 @@ reached 17%).
 `hashing_terms` is the analyzer the `HashingEmbedder` was built on, kept exactly as
 it was: its vectors are stored with every memory, and a changed analyzer would
 silently mix old vectors with new ones. `stem` is its light suffix stripper, also
-the base of the judge's word roots (``agent/phrases.py``).
+the base of the judge's word roots (``memory/phrases.py``).
 """
 
 from __future__ import annotations

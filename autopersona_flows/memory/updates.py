@@ -12,12 +12,18 @@ seen in the wild:
   is a `ResolverError`, and nothing is written;
 - a delete never loses the new information: the contradicted memory moves to the
   change history and the new content is stored in its place;
-- a learned answer replacing one on its topic keeps where that one was learned.
+- what was said earlier never replaces what was said later: content stated
+  (``at=``) before the memory it would update or delete is stored as a past
+  memory instead, valid until the later one was said, so a history loaded out of
+  order ends as one loaded in order;
+- a learned answer replacing one on its slot keeps where that one was learned.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -39,6 +45,7 @@ from autopersona_flows.memory.retrieval import (
     SearchRequest,
     check_top_k,
 )
+from autopersona_flows.memory.slots import adds_value, ends, same_slot
 from autopersona_flows.memory.text import memory_text, normalise
 from autopersona_flows.memory.users import check_user_id
 
@@ -113,9 +120,12 @@ class FunctionResolver:
 class HeuristicResolver:
     """The default resolver, with no LLM.
 
-    - A persona memory with the same topic (ignoring case and spacing) and the same
-      preference is a noop; with a different preference it is updated: the newest
-      preference wins and the old one goes to the change history.
+    - A persona memory on the same slot (`same_slot`: the same attribute of the
+      same thing, however the topic is worded) with the same preference is a noop;
+      with a different one it is updated (the newest preference wins, the old one
+      goes to the change history), unless it adds to the slot ("also", `adds_value`).
+    - A persona memory saying that what another one is about stopped ("I quit
+      coffee" against a "coffee order", `ends`) updates that one.
     - Otherwise a candidate scoring at least ``duplicate_threshold`` makes it a
       noop (a near duplicate).
     - Otherwise the content is added.
@@ -136,24 +146,11 @@ class HeuristicResolver:
     def __call__(
         self, layer: MemoryLayer, new_content: LayerContent, candidates: list[ScoredMemory]
     ) -> UpdateDecision:
-        """Decide by topic for persona memories, by score for everything."""
+        """Decide by slot for persona memories, by score for everything."""
         if isinstance(new_content, PersonaMemory):
-            topic = normalise(new_content.topic)
-            for candidate in candidates:
-                old = candidate.record.content
-                if isinstance(old, PersonaMemory) and normalise(old.topic) == topic:
-                    if normalise(old.preference) == normalise(new_content.preference):
-                        return UpdateDecision(
-                            operation="noop",
-                            target_id=candidate.record.id,
-                            reason="same preference",
-                        )
-                    return UpdateDecision(
-                        operation="update",
-                        target_id=candidate.record.id,
-                        content=new_content,
-                        reason=f"newer preference for {new_content.topic!r}",
-                    )
+            decision = self._persona(new_content, candidates)
+            if decision is not None:
+                return decision
         if candidates and candidates[0].score >= self.duplicate_threshold:
             return UpdateDecision(
                 operation="noop",
@@ -162,11 +159,46 @@ class HeuristicResolver:
             )
         return UpdateDecision(operation="add", reason="new information")
 
+    @staticmethod
+    def _persona(new: PersonaMemory, candidates: list[ScoredMemory]) -> UpdateDecision | None:
+        olds = [(c.record.id, c.record.content) for c in candidates]
+        persona = [(i, old) for i, old in olds if isinstance(old, PersonaMemory)]
+        for memory_id, old in persona:
+            if not same_slot(new.topic, old.topic):
+                continue
+            if normalise(old.preference) == normalise(new.preference):
+                return UpdateDecision(
+                    operation="noop", target_id=memory_id, reason="same preference"
+                )
+            if adds_value(new.preference):
+                continue
+            ended = ends(new.preference, old.topic)
+            return UpdateDecision(
+                operation="update",
+                target_id=memory_id,
+                content=new,
+                reason=f"no longer holds: {new.preference!r}"
+                if ended
+                else f"newer value for {old.topic!r}: {new.preference!r}",
+            )
+        for memory_id, old in persona:
+            if ends(new.preference, old.topic):
+                return UpdateDecision(
+                    operation="update",
+                    target_id=memory_id,
+                    content=new,
+                    reason=f"no longer holds: {new.preference!r}",
+                )
+        return None
+
 
 def embed_records(
     embedder: Embedder, contents: Sequence[LayerContent], **fields: Any
 ) -> list[MemoryRecord]:
-    """Wrap contents in new records carrying their embeddings (one `embed` call)."""
+    """Wrap contents in new records carrying their embeddings (one `embed` call).
+
+    ``fields`` set the rest of each record (e.g. ``stated_at``).
+    """
     texts = [memory_text(content) for content in contents]
     vectors = check_vectors(embedder, texts, embedder.embed(texts)) if texts else []
     return [
@@ -216,15 +248,46 @@ class MemoryUpdater:
     def __repr__(self) -> str:
         return f"MemoryUpdater({self.store!r}, {self.embedder!r}, {self.resolver!r})"
 
-    def add(self, user_id: str, content: LayerContent) -> MemoryRecord:
-        """Store content as a new memory with its embedding, without resolving it."""
-        (record,) = embed_records(self.embedder, [content])
+    def add(
+        self,
+        user_id: str,
+        content: LayerContent,
+        *,
+        at: datetime | None = None,
+        valid_until: datetime | None = None,
+    ) -> MemoryRecord:
+        """Store content as a new memory with its embedding, without resolving it.
+
+        Args:
+            user_id: Whose bank.
+            content: What to store.
+            at: When it was stated or observed, if not now (`MemoryRecord.stated_at`).
+            valid_until: When it stops holding, if it does.
+        """
+        (record,) = embed_records(self.embedder, [content], stated_at=at, valid_until=valid_until)
         return self.store.add(user_id, record)
 
     def update(
-        self, user_id: str, layer: MemoryLayer, content: LayerContent | dict[str, Any]
+        self,
+        user_id: str,
+        layer: MemoryLayer,
+        content: LayerContent | dict[str, Any],
+        *,
+        at: datetime | None = None,
+        valid_until: datetime | None = None,
     ) -> UpdateDecision:
         """Resolve ``content`` against the user's ``layer`` and apply the decision.
+
+        The resolver is shown the current memories (not expired ones) most similar
+        to ``content``.
+
+        Args:
+            user_id: Whose bank.
+            layer: The layer of ``content``.
+            content: The new information.
+            at: When it was stated or observed, if not now: recency and supersession
+                go by it, so a history may be loaded in any order.
+            valid_until: When it stops holding, if it does ("until March").
 
         Returns:
             The decision as applied, with ``record`` set to the memory that now
@@ -252,7 +315,8 @@ class MemoryUpdater:
             bundle = self.retriever.retrieve(user_id, searches, top_k=self.top_k)
             candidates = bundle.layer(layer)
             decision = self._checked(layer, content, candidates)
-            return self._apply(user_id, layer, content, decision, candidates)
+            when = _When(at, valid_until)
+            return self._apply(user_id, layer, content, decision, candidates, when=when)
 
     def _checked(
         self, layer: MemoryLayer, content: LayerContent, candidates: list[ScoredMemory]
@@ -297,6 +361,8 @@ class MemoryUpdater:
         content: LayerContent,
         decision: UpdateDecision,
         candidates: list[ScoredMemory],
+        *,
+        when: _When,
     ) -> UpdateDecision:
         result = decision.content or content
         if decision.operation == "noop":
@@ -314,16 +380,27 @@ class MemoryUpdater:
             )
         if decision.operation in ("update", "delete"):
             target = next(c.record for c in candidates if c.record.id == decision.target_id)
+            if when.at is not None and when.at < target.at:
+                return self._past(user_id, result, decision, target, when)
             result = _carried(result, target.content)
         # Embed first: if the embedder fails, nothing has been changed yet.
-        (embedded,) = embed_records(self.embedder, [result])
+        (embedded,) = embed_records(
+            self.embedder, [result], stated_at=when.at, valid_until=when.until
+        )
         match decision.operation:
             case "update":
                 record = self.store.update(
-                    user_id, layer, str(decision.target_id), result, embedding=embedded.embedding
+                    user_id,
+                    layer,
+                    str(decision.target_id),
+                    result,
+                    embedding=embedded.embedding,
+                    at=when.at,
+                    valid_until=when.until,
+                    reason=decision.reason,
                 )
             case "delete":
-                self.store.delete(user_id, layer, str(decision.target_id))
+                self.store.delete(user_id, layer, str(decision.target_id), reason=decision.reason)
                 record = self.store.add(user_id, embedded)
             case "add":
                 record = self.store.add(user_id, embedded)
@@ -331,9 +408,44 @@ class MemoryUpdater:
                 raise ResolverError(f"unknown operation {other!r}")
         return decision.model_copy(update={"content": result, "record": record})
 
+    def _past(
+        self,
+        user_id: str,
+        content: LayerContent,
+        decision: UpdateDecision,
+        later: MemoryRecord,
+        when: _When,
+    ) -> UpdateDecision:
+        """Keep content stated before the memory it would replace, as a past memory.
+
+        It held until the first thing said after it on that memory: the memory now,
+        or one of its earlier versions.
+        """
+        assert when.at is not None
+        after = [later.at] + [
+            change.before.at
+            for change in self.store.history(user_id, later.layer, later.id)
+            if change.before.at > when.at
+        ]
+        until = min([*after, when.until] if when.until else after)
+        (record,) = embed_records(self.embedder, [content], stated_at=when.at, valid_until=until)
+        self.store.add(user_id, record)
+        return UpdateDecision(
+            operation="add",
+            content=content,
+            reason=f"stated before memory {later.id} ({decision.reason}): kept as past",
+            record=record,
+        )
+
+
+@dataclass(frozen=True)
+class _When:
+    at: datetime | None
+    until: datetime | None
+
 
 def _carried(new: LayerContent, old: LayerContent) -> LayerContent:
-    """A learned answer replacing one on the same topic keeps where that was learned.
+    """A learned answer replacing one on its slot keeps where that one was learned.
 
     Its other names and the nodes it was asked at (`PersonaMemory.aliases` and
     ``contexts``) stay with the topic, so that no node asks again what it was told.
@@ -342,7 +454,7 @@ def _carried(new: LayerContent, old: LayerContent) -> LayerContent:
         isinstance(new, PersonaMemory)
         and isinstance(old, PersonaMemory)
         and new.contexts
-        and normalise(new.topic) == normalise(old.topic)
+        and same_slot(new.topic, old.topic)
     ):
         return new
     topic = new.topic.strip()

@@ -122,6 +122,30 @@ class MemoryStoreConformance:
         dropped = store.update(USER, "persona", first.id, persona("t", "2"))
         assert store.get(USER, "persona", first.id).embedding is dropped.embedding is None
 
+    def test_event_time_and_reasons_are_kept(
+        self, store: MemoryStore, reopen: Callable[[], MemoryStore]
+    ) -> None:
+        """When a memory was stated, until when it holds, and why it changed, survive."""
+        said = datetime(2024, 3, 1, 9, 30, tzinfo=UTC)
+        record = store.add(
+            USER, MemoryRecord.of(persona(), stated_at=said, valid_until=said + timedelta(days=7))
+        )
+        assert record.at == said
+        later = said + timedelta(days=30)
+        updated = store.update(
+            USER, "persona", record.id, persona("t", "2"), at=later, reason="changed her mind"
+        )
+        assert (updated.stated_at, updated.valid_until, updated.at) == (later, None, later)
+        store.delete(USER, "persona", record.id, reason="no longer holds")
+        again = reopen()
+        changes = again.history(USER, "persona", record.id)
+        assert [(c.before, c.reason) for c in changes] == [
+            (record, "changed her mind"),
+            (updated, "no longer holds"),
+        ]
+        unsaid = again.add(USER, persona("u"))
+        assert (unsaid.stated_at, unsaid.valid_until, unsaid.at) == (None, None, unsaid.updated_at)
+
     def test_delete_returns_the_removed_record(self, store: MemoryStore) -> None:
         """`delete` returns the record it removed; the others stay."""
         keep, gone = store.add(USER, persona("keep")), store.add(USER, persona("gone"))

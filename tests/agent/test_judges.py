@@ -10,7 +10,8 @@ from autopersona_flows import MemoryRecord, PersonaMemory, TrajectoryMemory, Wor
 from autopersona_flows.agent import NodeInfo, PersonaRequest, Requirement
 from autopersona_flows.agent.judges import LexicalJudge, Verdict
 from autopersona_flows.agent.matchers import DenseWordMatcher
-from autopersona_flows.agent.phrases import (
+from autopersona_flows.memory import FunctionEmbedder
+from autopersona_flows.memory.phrases import (
     attribute_kinds,
     clauses,
     content_roots,
@@ -19,7 +20,6 @@ from autopersona_flows.agent.phrases import (
     root,
     value_kinds,
 )
-from autopersona_flows.memory import FunctionEmbedder
 from autopersona_flows.memory.records import LayerContent
 from autopersona_flows.memory.retrieval import ScoredMemory, SearchRequest
 

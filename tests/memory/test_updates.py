@@ -184,10 +184,13 @@ import sys
 from autopersona_flows import JsonlMemoryStore, MemoryUpdater, PersonaMemory
 root, n = sys.argv[1], int(sys.argv[2])
 updater = MemoryUpdater(JsonlMemoryStore(root))
+trips = ["rome", "oslo", "lima", "kyiv"]
+items = "hotel flight train taxi tour museum dinner ferry bike show".split()
 sys.stdin.readline()  # start together
 for i in range(10):
     updater.update("ada", "persona", PersonaMemory(topic="tone", preference=f"p{n}-{i}"))
-    updater.update("ada", "persona", PersonaMemory(topic=f"hobby q{n}x{i}", preference="yes"))
+    topic = f"{trips[n]} {items[i]} budget"  # 40 different slots
+    updater.update("ada", "persona", PersonaMemory(topic=topic, preference="yes"))
 """
 
 

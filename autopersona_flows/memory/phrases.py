@@ -28,6 +28,7 @@ from autopersona_flows.memory.text import stem
 
 __all__ = [
     "KIN_WORDS",
+    "QUALIFIER_ROOTS",
     "Clause",
     "Phrase",
     "attribute_kinds",
@@ -378,7 +379,7 @@ def phrase(text: str) -> Phrase:
             head=f"?{tokens[0]}",
             modifiers=frozenset(roots),
             closest=roots[-1],
-            subject=frozenset(roots) - _QUALIFIER_ROOTS - KIN_WORDS,
+            subject=frozenset(roots) - QUALIFIER_ROOTS - KIN_WORDS,
             activity=False,
             weak=False,
             asks=asks,
@@ -398,7 +399,7 @@ def phrase(text: str) -> Phrase:
         modifiers=frozenset(roots) - {head},
         closest=root(before[head_at - 1][1]) if head_at > 0 else None,
         subject=frozenset(root(word) for _, word in before[:head_at])
-        - _QUALIFIER_ROOTS
+        - QUALIFIER_ROOTS
         - KIN_WORDS
         - {head},
         activity=head_at == 0 and len(before) > 1 and before is content,
@@ -490,7 +491,7 @@ def attribute_kinds(words_of_name: frozenset[str]) -> frozenset[str]:
 
 
 _WEAK_ROOTS = frozenset(root(word) for word in _WEAK_HEADS)
-_QUALIFIER_ROOTS = frozenset(root(word) for word in _QUALIFIERS)
+QUALIFIER_ROOTS = frozenset(root(word) for word in _QUALIFIERS)
 _KIN_ROOTS = tuple(frozenset(root(word) for word in group) for group in _KIN)
 KIN_WORDS = frozenset().union(*_KIN_ROOTS)
 _KIN_GROUPS = {  # root -> bit set of its groups

@@ -1,0 +1,265 @@
+"""Event time: when a memory was said, how long it holds, and what that changes."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import orjson
+import pytest
+from pydantic import ValidationError
+
+from autopersona_flows.errors import RetrievalError
+from autopersona_flows.memory import (
+    JsonlMemoryStore,
+    MemoryRecord,
+    MemoryRetriever,
+    MemoryUpdater,
+    PersonaMemory,
+    RawTaskRecord,
+    SearchRequest,
+    WorkspaceMemory,
+    ingest_task_history,
+)
+from autopersona_flows.memory.maintenance import expire_workspace
+
+DAY = timedelta(days=1)
+T0 = datetime(2025, 1, 6, 9, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> JsonlMemoryStore:
+    return JsonlMemoryStore(tmp_path / "store")
+
+
+def topics(store: JsonlMemoryStore, user: str = "ada") -> dict[str, str]:
+    return {r.content.topic: r.content.preference for r in store.list(user, "persona")}
+
+
+def test_a_record_without_event_time_is_stored_as_before() -> None:
+    record = MemoryRecord.of(PersonaMemory(topic="tone", preference="terse"))
+    stored = orjson.loads(record.model_dump_json())
+    assert "stated_at" not in stored
+    assert "valid_until" not in stored
+    assert record.at == record.updated_at
+    timed = record.model_copy(update={"stated_at": T0})
+    assert orjson.loads(timed.model_dump_json())["stated_at"].startswith("2025-01-06T09:00:00")
+
+
+def test_a_validity_that_ends_before_it_was_stated_is_refused() -> None:
+    content = PersonaMemory(topic="tone", preference="terse")
+    with pytest.raises(ValidationError, match="valid_until is not later than stated_at"):
+        MemoryRecord.of(content, stated_at=T0, valid_until=T0 - DAY)
+    with pytest.raises(ValidationError, match="timezone-aware"):
+        MemoryRecord.of(content, stated_at=datetime(2025, 1, 6))
+
+
+def test_a_history_ingested_out_of_order_ends_as_one_ingested_in_order(tmp_path: Path) -> None:
+    said = [
+        (T0, "window"),
+        (T0 + 30 * DAY, "aisle"),
+        (T0 + 60 * DAY, "aisle, near the front"),
+    ]
+    finals = {}
+    for order in ("in", "out"):
+        store = JsonlMemoryStore(tmp_path / order)
+        updater = MemoryUpdater(store)
+        events = said if order == "in" else [said[2], said[0], said[1]]
+        for at, value in events:
+            ingest_task_history(
+                store,
+                updater,
+                RawTaskRecord(
+                    user_id="ada",
+                    query="book my flight",
+                    at=at,
+                    persona=[PersonaMemory(topic="flight seat", preference=value)],
+                ),
+            )
+        retriever = MemoryRetriever(store)
+        found = retriever.retrieve("ada", [SearchRequest(layer="persona", query="flight seat")])
+        finals[order] = [m.record.content.preference for m in found.persona]
+        past = retriever.retrieve(
+            "ada", [SearchRequest(layer="persona", query="flight seat")], include_past=True
+        )
+        assert {m.record.content.preference for m in past.persona} <= {v for _, v in said}
+        trajectories = store.list("ada", "trajectory")
+        assert sorted(r.at for r in trajectories) == [at for at, _ in said]
+    assert finals == {"in": ["aisle, near the front"], "out": ["aisle, near the front"]}
+
+
+def test_an_earlier_statement_arriving_late_is_kept_as_past(store: JsonlMemoryStore) -> None:
+    updater = MemoryUpdater(store)
+    updater.update("ada", "persona", PersonaMemory(topic="diet", preference="vegan"), at=T0)
+    late = updater.update(
+        "ada", "persona", PersonaMemory(topic="diet", preference="vegetarian"), at=T0 - 90 * DAY
+    )
+    assert late.operation == "add"
+    assert "kept as past" in late.reason
+    assert late.record is not None
+    assert late.record.valid_until == T0
+    retriever = MemoryRetriever(store)
+    search = [SearchRequest(layer="persona", query="diet")]
+    assert [m.record.content.preference for m in retriever.retrieve("ada", search).persona] == [
+        "vegan"
+    ]
+    then = retriever.retrieve("ada", search, as_of=T0 - 30 * DAY)
+    assert [m.record.content.preference for m in then.persona] == ["vegetarian"]
+    assert retriever.retrieve("ada", search, as_of=T0 - 100 * DAY).persona == []
+
+
+def test_reworded_topics_update_one_slot_and_other_attributes_stay_apart(
+    store: JsonlMemoryStore,
+) -> None:
+    updater = MemoryUpdater(store)
+    said = [
+        ("seat preference", "window"),
+        ("hotel budget", "150 a night"),
+        ("hotel location", "near the station"),
+        ("flight seat", "aisle"),
+        ("budget for hotels", "120 a night"),
+        ("flight budget", "400"),
+    ]
+    for i, (topic, value) in enumerate(said):
+        updater.update(
+            "ada", "persona", PersonaMemory(topic=topic, preference=value), at=T0 + i * DAY
+        )
+    assert topics(store) == {
+        "flight seat": "aisle",
+        "budget for hotels": "120 a night",
+        "hotel location": "near the station",
+        "flight budget": "400",
+    }
+    (seat,) = [r for r in store.list("ada", "persona") if r.content.topic == "flight seat"]
+    (change,) = store.history("ada", "persona", seat.id)
+    assert change.before.content.preference == "window"
+    assert "newer value" in change.reason
+
+
+def test_a_slot_may_hold_several_values_when_the_person_adds_one(store: JsonlMemoryStore) -> None:
+    updater = MemoryUpdater(store)
+    updater.update("ada", "persona", PersonaMemory(topic="allergies", preference="peanuts"))
+    added = updater.update(
+        "ada", "persona", PersonaMemory(topic="food allergies", preference="shellfish as well")
+    )
+    assert added.operation == "add"
+    assert sorted(topics(store).values()) == ["peanuts", "shellfish as well"]
+
+
+def test_a_reversal_under_another_topic_supersedes_with_its_reason(
+    store: JsonlMemoryStore,
+) -> None:
+    updater = MemoryUpdater(store)
+    updater.update("ada", "persona", PersonaMemory(topic="coffee order", preference="flat white"))
+    updater.update("ada", "persona", PersonaMemory(topic="breakfast", preference="porridge"))
+    ended = updater.update(
+        "ada", "persona", PersonaMemory(topic="health", preference="I quit coffee in May")
+    )
+    assert ended.operation == "update"
+    assert ended.reason.startswith("no longer holds")
+    assert topics(store) == {"health": "I quit coffee in May", "breakfast": "porridge"}
+    (change,) = store.history("ada", "persona", ended.target_id)
+    assert change.before.content.topic == "coffee order"
+    assert change.reason.startswith("no longer holds")
+    # Words shared with the topic's attribute alone end nothing.
+    updater.update(
+        "ada", "persona", PersonaMemory(topic="takeaway", preference="no longer order in")
+    )
+    assert set(topics(store)) == {"health", "breakfast", "takeaway"}
+
+
+def test_expired_memories_leave_current_results_and_exact_lookups(
+    store: JsonlMemoryStore,
+) -> None:
+    now = datetime.now(UTC)
+    updater = MemoryUpdater(store)
+    gone = updater.add(
+        "ada",
+        PersonaMemory(topic="parking", preference="use the staff car park", contexts=["park"]),
+        at=now - 10 * DAY,
+        valid_until=now - DAY,
+    )
+    kept = updater.add(
+        "ada",
+        PersonaMemory(topic="parking", preference="street parking", contexts=["park"]),
+        at=now - 20 * DAY,
+        valid_until=now + DAY,
+    )
+    retriever = MemoryRetriever(store)
+    search = [SearchRequest(layer="persona", query="parking car park")]
+    assert [m.record for m in retriever.retrieve("ada", search).persona] == [kept]
+    assert retriever.containing("ada", "persona", ["parking"]) == [kept]
+    assert retriever.learned_at("ada", ["park"]) == [kept]
+    assert {m.record.id for m in retriever.retrieve("ada", search, include_past=True).persona} == {
+        gone.id,
+        kept.id,
+    }
+    as_of = retriever.retrieve("ada", search, as_of=now - 5 * DAY)
+    assert {m.record.id for m in as_of.persona} == {gone.id, kept.id}
+    # Said again once expired: stored anew, not a duplicate of the expired one.
+    again = updater.update("ada", "persona", gone.content)
+    assert again.operation != "noop"
+
+
+def test_recency_weighs_only_when_asked(store: JsonlMemoryStore) -> None:
+    updater = MemoryUpdater(store)
+    now = datetime.now(UTC)
+    old = updater.add("ada", PersonaMemory(topic="tea", preference="green tea"), at=now - 400 * DAY)
+    new = updater.add("ada", PersonaMemory(topic="tea", preference="black tea"), at=now - DAY)
+    retriever = MemoryRetriever(store)
+    search = [SearchRequest(layer="persona", query="green tea")]
+    plain = {m.record.id: m.score for m in retriever.retrieve("ada", search).persona}
+    weighed = {
+        m.record.id: m.score
+        for m in retriever.retrieve("ada", search, recency_half_life=30 * DAY).persona
+    }
+    assert plain[old.id] > plain[new.id]
+    assert weighed[new.id] == pytest.approx(plain[new.id], rel=0.02)
+    assert weighed[old.id] == pytest.approx(plain[old.id] / 2, rel=0.01)
+    for bad in ({"as_of": datetime(2025, 1, 1)}, {"recency_half_life": timedelta(0)}):
+        with pytest.raises(RetrievalError):
+            retriever.retrieve("ada", search, **bad)
+
+
+def test_workspace_expires_by_when_it_was_observed(store: JsonlMemoryStore) -> None:
+    updater = MemoryUpdater(store)
+    now = datetime.now(UTC)
+    backfilled = updater.add("ada", WorkspaceMemory(state="draft v1"), at=now - 40 * DAY)
+    ended = updater.add(
+        "ada",
+        WorkspaceMemory(state="room booked"),
+        at=now - DAY,
+        valid_until=now - timedelta(minutes=1),
+    )
+    fresh = updater.add("ada", WorkspaceMemory(state="draft v2"))
+    assert expire_workspace(store, "ada", timedelta(days=30)) == sorted([backfilled.id, ended.id])
+    assert store.list("ada", "workspace") == [fresh]
+    assert store.history("ada", "workspace", ended.id)[0].reason == "expired"
+
+
+def test_a_decision_as_of_a_time_uses_what_held_then(store: JsonlMemoryStore) -> None:
+    from autopersona_flows import PersonaAgent, PersonaRequest, Requirement
+
+    updater = MemoryUpdater(store)
+    updater.update("ada", "persona", PersonaMemory(topic="citation style", preference="MLA"), at=T0)
+    updater.update(
+        "ada", "persona", PersonaMemory(topic="citation style", preference="APA"), at=T0 + 30 * DAY
+    )
+    updater.update(
+        "ada", "persona", PersonaMemory(topic="citation style", preference="Chicago"), at=T0 - DAY
+    )
+    agent = PersonaAgent(MemoryRetriever(store))
+    need = [Requirement(name="citation style", options=["APA", "MLA", "Chicago"])]
+
+    def value(**when: datetime) -> str | None:
+        decision = agent.decide(
+            PersonaRequest(user_id="ada", query="format my references", requirements=need, **when)
+        )
+        return decision.constraints[0].value if decision.action == "final" else None
+
+    assert value() == "APA"
+    assert value(as_of=T0 - DAY / 2) == "Chicago"  # kept as past until MLA was said
+    assert value(as_of=T0 + DAY) is None  # MLA is in the history, which as_of does not read
+    assert value(as_of=T0 - 2 * DAY) is None
+    with pytest.raises(RetrievalError, match="timezone-aware"):
+        MemoryRetriever(store).containing("ada", "persona", ["style"], as_of=datetime(2025, 1, 1))  # noqa: DTZ001
