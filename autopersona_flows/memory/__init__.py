@@ -3,6 +3,7 @@
 This package never imports Prefect, so ``import autopersona_flows.memory`` stays fast.
 """
 
+from autopersona_flows.memory.chatlog import ChatMessage, chat_sessions
 from autopersona_flows.memory.embedders import (
     Embedder,
     FunctionEmbedder,
@@ -10,6 +11,7 @@ from autopersona_flows.memory.embedders import (
     MiniLMEmbedder,
     get_embedder,
 )
+from autopersona_flows.memory.extraction import ExtractedMemory, Extractor, RuleExtractor
 from autopersona_flows.memory.ids import new_memory_id
 from autopersona_flows.memory.index import Scoring
 from autopersona_flows.memory.ingestion import (
@@ -57,6 +59,7 @@ from autopersona_flows.memory.retrieval import (
     ScoredMemory,
     SearchRequest,
 )
+from autopersona_flows.memory.slots import same_slot
 from autopersona_flows.memory.snapshots import (
     MemoryChange,
     MemorySnapshot,
@@ -73,13 +76,17 @@ from autopersona_flows.memory.updates import (
     embed_records,
 )
 from autopersona_flows.memory.users import check_user_id
+from autopersona_flows.memory.validity import valid_until
 
 __all__ = [
     "LAYERS",
     "ChangeSet",
+    "ChatMessage",
     "Compactable",
     "Embedder",
     "Embedding",
+    "ExtractedMemory",
+    "Extractor",
     "FunctionEmbedder",
     "FunctionResolver",
     "HashingEmbedder",
@@ -104,6 +111,7 @@ __all__ = [
     "PostgresMemoryStore",
     "RawTaskRecord",
     "Resolver",
+    "RuleExtractor",
     "ScoredMemory",
     "Scoring",
     "SearchRequest",
@@ -111,6 +119,7 @@ __all__ = [
     "UpdateDecision",
     "WorkspaceMemory",
     "as_content",
+    "chat_sessions",
     "check_user_id",
     "consolidate_duplicates",
     "content_type",
@@ -130,6 +139,8 @@ __all__ = [
     "refine_trajectory",
     "refine_workspace",
     "reindex_user",
+    "same_slot",
+    "valid_until",
     "write_snapshot",
 ]
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autopersona_flows.errors import IngestionError
+from autopersona_flows.memory.extraction import ExtractedMemory, Extractor, RuleExtractor
 from autopersona_flows.memory.protocol import MemoryStore
 from autopersona_flows.memory.records import (
     PersonaMemory,
@@ -73,7 +74,11 @@ class IngestionResult(BaseModel):
 
 
 def ingest_task_history(
-    store: MemoryStore, updater: MemoryUpdater, record: RawTaskRecord
+    store: MemoryStore,
+    updater: MemoryUpdater,
+    record: RawTaskRecord,
+    *,
+    extractor: Extractor | None = None,
 ) -> IngestionResult:
     """Store one completed task: its trajectory as is, the rest through the updater.
 
@@ -85,20 +90,45 @@ def ingest_task_history(
         updater: Resolves workspace and persona items against the bank (so a
             repeated preference is a no-op and a changed one an update).
         record: The task.
+        extractor: Reads the persona memories out of the task; `RuleExtractor`
+            (the listed items and first-person statements) by default.
 
     Raises:
         ValueError: If ``updater`` writes to another store.
+        IngestionError: If the extractor returns anything but `ExtractedMemory`
+            items, or one ending before the task happened; nothing is written.
     """
     if updater.store is not store:
         raise ValueError("the updater writes to another store than the one given")
+    persona = _extracted(extractor or RuleExtractor(), record)
     user, at = record.user_id, record.at
     trajectory = updater.add(user, refine_trajectory(record), at=at)
     operations = [UpdateDecision(operation="add", reason="task trajectory", record=trajectory)]
     workspace = refine_workspace(record)
     if workspace is not None:
         operations.append(updater.update(user, "workspace", workspace, at=at))
-    operations += [updater.update(user, "persona", p, at=at) for p in refine_persona(record)]
+    operations += [
+        updater.update(user, "persona", item.content, at=at, valid_until=item.valid_until)
+        for item in persona
+    ]
     return IngestionResult(user_id=record.user_id, operations=operations)
+
+
+def _extracted(extractor: Extractor, record: RawTaskRecord) -> list[ExtractedMemory]:
+    items = extractor.extract(record)
+    if not isinstance(items, list):
+        raise IngestionError(f"{extractor!r} returned {type(items).__name__}, not a list")
+    for index, item in enumerate(items):
+        if not isinstance(item, ExtractedMemory):
+            raise IngestionError(
+                f"{extractor!r} returned a {type(item).__name__} at {index}, not an ExtractedMemory"
+            )
+        if item.valid_until is not None and record.at is not None and item.valid_until <= record.at:
+            raise IngestionError(
+                f"{extractor!r}: item {index} ends ({item.valid_until.isoformat()}) before the "
+                f"task happened ({record.at.isoformat()})"
+            )
+    return items
 
 
 def read_task_records(lines: Iterable[bytes], source: str | Path) -> Iterator[RawTaskRecord]:

@@ -262,4 +262,4 @@ def test_a_decision_as_of_a_time_uses_what_held_then(store: JsonlMemoryStore) ->
     assert value(as_of=T0 + DAY) is None  # MLA is in the history, which as_of does not read
     assert value(as_of=T0 - 2 * DAY) is None
     with pytest.raises(RetrievalError, match="timezone-aware"):
-        MemoryRetriever(store).containing("ada", "persona", ["style"], as_of=datetime(2025, 1, 1))  # noqa: DTZ001
+        MemoryRetriever(store).containing("ada", "persona", ["style"], as_of=datetime(2025, 1, 1))

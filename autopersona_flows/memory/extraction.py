@@ -1,0 +1,183 @@
+"""Extraction: from a completed task to the persona memories it reveals.
+
+Ingestion stores a task's trajectory as it happened; what the person prefers or
+needs has to be read out of it. An `Extractor` does that reading.
+`RuleExtractor`, the default, needs no model: it keeps the persona items a task
+lists, reads first-person statements out of what the person wrote ("I prefer
+aisle seats", "my budget is 150 a night", "I quit coffee"), and reads how long
+each holds ("until March", see `valid_until`).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict
+
+from autopersona_flows.memory.phrases import phrase
+from autopersona_flows.memory.records import PersonaMemory, RawTaskRecord, UtcDatetime
+from autopersona_flows.memory.text import normalise
+from autopersona_flows.memory.validity import valid_until
+
+__all__ = ["ExtractedMemory", "Extractor", "RuleExtractor", "person_texts", "statement"]
+
+
+class ExtractedMemory(BaseModel):
+    """A persona memory read out of a task, and until when it holds.
+
+    Attributes:
+        content: The memory.
+        valid_until: When it stops holding, if the person said ("until March").
+    """
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    content: PersonaMemory
+    valid_until: UtcDatetime | None = None
+
+
+@runtime_checkable
+class Extractor(Protocol):
+    """Reads the persona memories a completed task reveals.
+
+    Contract: return `ExtractedMemory` items (anything else is an
+    `IngestionError` naming the extractor); an empty list when the task reveals
+    nothing. The task's own time is ``record.at`` (``None``: now).
+    """
+
+    def extract(self, record: RawTaskRecord) -> list[ExtractedMemory]:
+        """The persona memories ``record`` reveals."""
+        ...
+
+
+_SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+")
+_I = r"\b(?:i|i'm|i am|i've|i have|we|we're|we are)\b"
+_ADVERBS = r"(?:\s+(?:really|usually|always|generally|now|still|also|actually|definitely|mostly))*"
+_VERB = (
+    r"(?P<verb>prefer|like|love|enjoy|hate|dislike|avoid|can't stand|cannot stand|"
+    r"can't eat|cannot eat|can't have|don't eat|don't drink|don't use|don't want|do not want|"
+    r"never|always|only|no longer|stopped|quit|gave up|given up|switched to|moved to|"
+    r"allergic to|intolerant to|vegan|vegetarian|pescatarian|use|go for|stick to|tend to|"
+    r"using|liking|loving|hating|preferring|sticking to|going for)"
+)
+_STATEMENT = re.compile(
+    rf"{_I}(?:\s+(?:am|'m|are|'re|have|'ve))?{_ADVERBS}\s+{_VERB}(?:s|d|ed|ing)?\b"
+    r"(?P<rest>[^.!?;]*)",
+    re.IGNORECASE,
+)
+_MY = re.compile(
+    r"\b(?:my|our)\s+(?P<topic>[a-z][\w' -]{1,40}?)\s+(?:is|are|has changed to|changed to|"
+    r"is now|are now)\s+(?P<value>[^.!?;]+)",
+    re.IGNORECASE,
+)
+# Secrets are never remembered from free text, whatever else the person says.
+_SECRET = re.compile(
+    r"\b(?:pin|password|passcode|passphrase|ssn|social security|cvv|cvc|security code|"
+    r"card number|account number|iban|routing number|api key|token|secret|login)\b",
+    re.IGNORECASE,
+)
+_NOT_A_VALUE = re.compile(r"^(?:at|on|in|tomorrow|today|tonight|coming|going|here|there)\b", re.I)
+_BY_VERB = {
+    "allergic to": "allergies",
+    "intolerant to": "intolerances",
+    "vegan": "diet",
+    "vegetarian": "diet",
+    "pescatarian": "diet",
+}
+
+
+def person_texts(record: RawTaskRecord) -> list[str]:
+    """What the person wrote in a task: the request and their messages in the trace.
+
+    A trace entry is the person's when it is an object whose ``role`` is
+    ``"user"`` (chat logs, see `chat_sessions`); its text is ``"text"`` or
+    ``"content"``.
+    """
+    texts = [record.query]
+    for entry in record.trace:
+        if isinstance(entry, dict) and entry.get("role") == "user":
+            text = entry.get("text", entry.get("content"))
+            if isinstance(text, str) and text.strip() and text != record.query:
+                texts.append(text)
+    return texts
+
+
+class RuleExtractor:
+    """The default extractor: listed items, first-person statements, their validity.
+
+    Args:
+        read_text: Read statements out of what the person wrote, besides the
+            task's listed persona items. Off, only the listed items are kept
+            (with their validity read from their text).
+    """
+
+    def __init__(self, *, read_text: bool = True) -> None:
+        self.read_text = read_text
+
+    def __repr__(self) -> str:
+        return f"RuleExtractor(read_text={self.read_text})"
+
+    def extract(self, record: RawTaskRecord) -> list[ExtractedMemory]:
+        """Listed persona items first, then statements not already listed."""
+        at = record.at or datetime.now(UTC)
+        found = [
+            ExtractedMemory(content=item, valid_until=valid_until(item.preference, at))
+            for item in record.persona
+        ]
+        if not self.read_text:
+            return found
+        known = {normalise(item.preference) for item in record.persona}
+        for text in person_texts(record):
+            for sentence in _SENTENCE.split(text):
+                memory = statement(sentence)
+                if memory is None or normalise(memory.preference) in known:
+                    continue
+                if any(normalise(memory.preference) in k for k in known):
+                    continue  # a listed item says it already, and more
+                known.add(normalise(memory.preference))
+                found.append(ExtractedMemory(content=memory, valid_until=valid_until(sentence, at)))
+        return found
+
+
+def statement(sentence: str) -> PersonaMemory | None:
+    """The persona memory a first-person sentence states, if it states one.
+
+    "My seat preference is aisle" gives topic "seat preference", preference
+    "aisle"; "I prefer aisle seats on long flights" gives the object's head,
+    "seats", as the topic and the sentence as the preference, as it was said.
+    A sentence naming a secret (a PIN, a password, a card number) states nothing.
+    """
+    sentence = sentence.strip()
+    if _SECRET.search(sentence):
+        return None
+    mine = _MY.search(sentence)
+    if mine and not _NOT_A_VALUE.match(mine.group("value").strip()):
+        topic, value = mine.group("topic").strip(), mine.group("value").strip(" ,")
+        if phrase(topic).head is not None and value:
+            return PersonaMemory(topic=topic, preference=value)
+    said = _STATEMENT.search(sentence)
+    if said is None:
+        return None
+    verb = said.group("verb").casefold()
+    topic = _BY_VERB.get(verb) or _object_topic(said.group("rest"))
+    if topic is None:
+        return None
+    return PersonaMemory(topic=topic, preference=sentence.rstrip(".!?; "))
+
+
+# Where the object of a statement ends: a time, a reason, a condition.
+_OBJECT_END = re.compile(
+    r"\b(?:until|till|til|through|thru|this|today|tonight|tomorrow|next|every|because|since|"
+    r"when|while|whenever|if|unless|and|but|or|so)\b.*",
+    re.IGNORECASE,
+)
+
+
+def _object_topic(rest: str) -> str | None:
+    """The head of the noun phrase a statement is about, as written."""
+    read = phrase(_OBJECT_END.sub("", rest))
+    if read.head is None or read.asks:
+        return None
+    return read.surface.get(read.head, read.head)
