@@ -29,6 +29,7 @@ from autopersona_flows.errors import (
     MemoryStoreError,
     SnapshotError,
 )
+from autopersona_flows.memory.consolidation import promote_choices
 from autopersona_flows.memory.embedders import get_embedder
 from autopersona_flows.memory.ingestion import ingest_task_history, read_task_records
 from autopersona_flows.memory.jsonl import JsonlMemoryStore
@@ -129,6 +130,8 @@ def _cmd_ingest(args: argparse.Namespace) -> None:
         totals.update(ingest_task_history(store, updater, record).counts())
         if len(records) >= 100 and (done % step == 0 or done == len(records)):
             print(f"  {done}/{len(records)} tasks ({100 * done // len(records)}%)", file=sys.stderr)
+    for user_id in dict.fromkeys(record.user_id for record in records):
+        totals.update(f"persona:{d.operation}" for d in promote_choices(updater, user_id))
     summary = ", ".join(f"{key} {count}" for key, count in sorted(totals.items())) or "nothing"
     print(f"ingested {len(records)} tasks into {args.store}: {summary}")
 

@@ -14,12 +14,14 @@ from typing import Annotated, Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from autopersona_flows.memory.consolidation import check_min_repeats, promote_choices
 from autopersona_flows.memory.embedders import Embedder
 from autopersona_flows.memory.index import content_digest
 from autopersona_flows.memory.protocol import MemoryStore
 from autopersona_flows.memory.records import LAYERS, MemoryLayer, MemoryRecord, content_type
 from autopersona_flows.memory.retrieval import MemoryRetriever, SearchRequest
 from autopersona_flows.memory.text import memory_text
+from autopersona_flows.memory.updates import MemoryUpdater
 from autopersona_flows.memory.users import check_user_id
 
 __all__ = [
@@ -72,6 +74,8 @@ class MaintenanceReport(BaseModel):
         user_id: Whose bank was maintained.
         expired: Ids of the workspace memories removed for their age.
         merged: The near-duplicate merges, in the order they were made.
+        promoted: Ids of the persona memories written for choices repeated across
+            past tasks (see `promote_choices`), added or updated.
         compacted: Dead log entries dropped (0 if the store is not `Compactable`).
         memories: Live memories per layer afterwards.
         fingerprint: The user's snapshot fingerprint afterwards.
@@ -82,6 +86,7 @@ class MaintenanceReport(BaseModel):
     user_id: str
     expired: list[str] = Field(default_factory=list)
     merged: list[MemoryMerge] = Field(default_factory=list)
+    promoted: list[str] = Field(default_factory=list)
     compacted: Annotated[int, Field(ge=0)] = 0
     memories: dict[MemoryLayer, int]
     fingerprint: str
@@ -250,8 +255,9 @@ def maintain_user(
     duplicate_threshold: float = 0.9,
     workspace_max_age: timedelta | None = None,
     now: datetime | None = None,
+    choices_min_repeats: int | None = 3,
 ) -> MaintenanceReport:
-    """Expire stale workspace memories, merge near duplicates, then compact the banks.
+    """Expire stale workspace, merge near duplicates, promote choices, then compact.
 
     Every argument is checked before anything is changed. A user without
     memories is not an error (a job going through `MemoryStore.users` may meet
@@ -266,18 +272,23 @@ def maintain_user(
         workspace_max_age: Expire workspace memories older than this (see
             `expire_workspace`); ``None`` expires nothing.
         now: The reference time for expiry; the current time by default.
+        choices_min_repeats: Promote a choice repeated in this many past tasks of
+            one kind to a persona memory (see `promote_choices`); ``None`` does not.
 
     Returns:
         What was done, as ids and counts.
 
     Raises:
         InvalidUserIdError: If ``user_id`` is not a valid user id.
-        ValueError: If ``duplicate_threshold``, ``workspace_max_age`` or ``now`` is invalid.
+        ValueError: If ``duplicate_threshold``, ``workspace_max_age``, ``now`` or
+            ``choices_min_repeats`` is invalid.
         EmbeddingMismatchError: If the bank was embedded by another embedder.
     """
     check_user_id(user_id)
     _check_threshold(duplicate_threshold)
     now = _check_now(now)
+    if choices_min_repeats is not None:
+        check_min_repeats(choices_min_repeats)
     expired = []
     if workspace_max_age is not None:
         expired = expire_workspace(store, user_id, _check_age(workspace_max_age), now=now)
@@ -288,12 +299,21 @@ def maintain_user(
             store, user_id, layer, embedder=embedder, duplicate_threshold=duplicate_threshold
         )
     ]
+    promoted = []
+    if choices_min_repeats is not None:
+        updater = MemoryUpdater(store, embedder)
+        promoted = [
+            decision.record.id
+            for decision in promote_choices(updater, user_id, min_repeats=choices_min_repeats)
+            if decision.operation != "noop" and decision.record is not None
+        ]
     compacted = store.compact(user_id) if isinstance(store, Compactable) else 0
     snapshot = store.snapshot(user_id)  # one consistent read for both counts and fingerprint
     return MaintenanceReport(
         user_id=user_id,
         expired=expired,
         merged=merged,
+        promoted=promoted,
         compacted=compacted,
         memories=dict(snapshot.counts),
         fingerprint=snapshot.fingerprint,

@@ -174,6 +174,8 @@ class PersonaMemory(_Strict):
             other words finds it.
         options: The choices offered when it was asked, if it was a choice.
         contexts: Where it was learned: node ids, node instructions and requests.
+        sources: The ids of the memories it was drawn from, if it was consolidated
+            from others (a choice repeated across past tasks).
     """
 
     layer: ClassVar[MemoryLayer] = "persona"
@@ -184,6 +186,7 @@ class PersonaMemory(_Strict):
     aliases: _Texts = Field(default_factory=list)
     options: _Texts = Field(default_factory=list)
     contexts: _Texts = Field(default_factory=list)
+    sources: _Texts = Field(default_factory=list)
 
 
 LayerContent = TrajectoryMemory | WorkspaceMemory | PersonaMemory

@@ -1,0 +1,217 @@
+"""Consolidation: a choice repeated across past tasks becomes a persona memory.
+
+Three bookings that each took an aisle seat say "aisle seat" as clearly as the
+person would: `promote_choices` finds such choices and writes them as persona
+memories, through the updater (so a repeated run changes nothing and a changed
+habit updates its slot), with the trajectories they came from as
+`PersonaMemory.sources`.
+
+A choice is what follows a choice verb ("chose", "picked", "booked", "went
+with", ...) in the text of a task's trace, outcome or insight (structured steps
+are left out), up to the end of its clause, without the words of the task's own
+request. It is promoted when it recurs in at
+least ``min_repeats`` tasks of one kind: tasks whose requests share a word
+("flight" in "book a flight to Rome" and "flights to Oslo, please").
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from autopersona_flows.memory.phrases import content_roots, words
+from autopersona_flows.memory.records import MemoryRecord, PersonaMemory, TrajectoryMemory
+from autopersona_flows.memory.updates import MemoryUpdater, UpdateDecision, embed_records
+from autopersona_flows.memory.users import check_user_id
+
+__all__ = ["promote_choices"]
+
+_CHOICE = re.compile(
+    r"\b(?:chose|chosen|choose|picked|pick|selected|select|booked|ordered|went with|"
+    r"opted for|bought|preferred|asked for|requested|took|filtered|settled on|"
+    r"stuck with|switched to|used)\b:?\s*(?P<object>[^.;!?\n]+)",
+    re.IGNORECASE,
+)
+_OBJECT_END = re.compile(
+    r"\b(?:via|from|because|since|but|though|after|before|when|which|so|for|at|on|to)\b.*",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class _Task:
+    record: MemoryRecord
+    kind: frozenset[str]  # content roots of the request
+    choices: tuple[str, ...]  # the chosen objects, as written, in order
+    chosen: frozenset[str]  # their content roots, the request's left out
+    surface: dict[str, str]  # root -> the word as written, the latest choice first
+
+
+def _task(record: MemoryRecord) -> _Task | None:
+    content = record.content
+    if not isinstance(content, TrajectoryMemory):
+        return None
+    kind = content_roots(content.query)
+    # Text only: in structured steps ({"booked": true, "time": "20:00"}) keys and
+    # values cannot be told from choices.
+    told = " . ".join(
+        part
+        for part in (*content.trace, content.outcome, content.insight)
+        if isinstance(part, str) and part.strip()
+    )
+    choices = tuple(
+        cut
+        for match in _CHOICE.finditer(told)
+        if (cut := _OBJECT_END.sub("", match.group("object")).strip(" ,:-"))
+    )
+    surface: dict[str, str] = {}
+    for choice in reversed(choices):
+        for word in words(choice):
+            for found in content_roots(word):
+                surface.setdefault(found, word)
+    chosen = frozenset(surface) - kind
+    return _Task(record, kind, choices, chosen, surface) if chosen else None
+
+
+def check_min_repeats(value: object) -> int:
+    """Return ``value`` if it is an int of at least 2; else raise ``ValueError``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 2:
+        raise ValueError(f"min_repeats must be an int of at least 2, got {value!r}")
+    return value
+
+
+def promote_choices(
+    updater: MemoryUpdater, user_id: str, *, min_repeats: int = 3
+) -> list[UpdateDecision]:
+    """Write the choices repeated across the user's past tasks as persona memories.
+
+    Args:
+        updater: Writes through its store and resolver (see `MemoryUpdater`).
+        user_id: Whose trajectories to read; no other user's are.
+        min_repeats: In how many tasks of one kind a choice must recur.
+
+    Returns:
+        The updater's decision for each choice found (``add`` the first time,
+        ``noop`` when nothing changed since, ``update`` when the habit moved).
+
+    Raises:
+        InvalidUserIdError: If ``user_id`` is not a valid user id.
+        ValueError: If ``min_repeats`` is not an int of at least 2.
+    """
+    check_user_id(user_id)
+    check_min_repeats(min_repeats)
+    now = datetime.now(UTC)
+    tasks = [
+        task
+        for record in updater.store.list(user_id, "trajectory")
+        if (record.valid_until is None or now < record.valid_until)
+        and (task := _task(record)) is not None
+    ]
+    groups = _groups(tasks, min_repeats)
+    if not groups:  # no write lock (nor a new bank folder) for nothing
+        return []
+    with updater.store.locked(user_id, "persona"):
+        return [_promote(updater, user_id, group) for group in groups]
+
+
+@dataclass
+class _Group:
+    tasks: list[_Task]  # oldest first
+    kind: str  # the request root they share
+    values: set[str] = field(default_factory=set)  # roots of the choice
+    attributes: set[str] = field(default_factory=set)  # roots shared with other choices
+
+    @property
+    def ids(self) -> frozenset[str]:
+        return frozenset(task.record.id for task in self.tasks)
+
+
+def _groups(tasks: list[_Task], min_repeats: int) -> list[_Group]:
+    """The repeated choices: tasks of one kind, the words chosen in all of them.
+
+    Words are taken from the rarest up: a word chosen in some tasks of a choice
+    joins it ("seat" in two of the three bookings that took "aisle"); a word
+    chosen across several choices is what they are choices of ("seat" of both
+    "aisle" and "window"), and joins their topics.
+    """
+    repeated = []
+    for chosen in {root for task in tasks for root in task.chosen}:
+        holding = [task for task in tasks if chosen in task.chosen]
+        kinds = Counter(root for task in holding for root in task.kind)
+        for kind, count in sorted(kinds.items(), key=lambda item: (-item[1], item[0])):
+            if count < min_repeats:
+                break
+            repeated.append((chosen, kind, [t for t in holding if kind in t.kind]))
+            break
+    groups: list[_Group] = []
+    for chosen, kind, among in sorted(repeated, key=lambda item: (len(item[2]), item[0])):
+        ids = frozenset(task.record.id for task in among)
+        overlapping = [group for group in groups if group.ids & ids]
+        if not overlapping:
+            ordered = sorted(among, key=lambda task: (task.record.at, task.record.id))
+            groups.append(_Group(ordered, kind, {chosen}))
+        elif len(overlapping) == 1:
+            overlapping[0].values.add(chosen)
+        else:
+            for group in overlapping:
+                group.attributes.add(chosen)
+    return sorted(groups, key=lambda group: (group.tasks[-1].record.at, sorted(group.ids)))
+
+
+def _promote(updater: MemoryUpdater, user_id: str, group: _Group) -> UpdateDecision:
+    """Write one repeated choice: into the memory drawn from the same tasks, if any."""
+    latest = group.tasks[-1]
+    said: dict[str, str] = {}  # root -> its word, as the latest task with it wrote it
+    for task in reversed(group.tasks):
+        for root, word in task.surface.items():
+            said.setdefault(root, word)
+    query = latest.record.content.query  # type: ignore[union-attr]
+    subject = next(w for w in words(query) if group.kind in content_roots(w))
+    topic = " ".join([subject, *(said[root] for root in sorted(group.attributes))])
+    memory = PersonaMemory(
+        topic=topic,
+        preference=" ".join(said[root] for root in said if root in group.values),
+        strategy=f"chosen in {len(group.tasks)} past {subject} tasks; "
+        f"the latest: {latest.choices[-1]}",
+        sources=sorted(group.ids),
+    )
+    consolidated = [
+        record
+        for record in updater.store.list(user_id, "persona")
+        if isinstance(record.content, PersonaMemory) and record.content.sources
+    ]
+    drawn = [r for r in consolidated if group.ids & set(r.content.sources)]  # type: ignore[union-attr]
+    if not drawn:
+        for record in consolidated:
+            for change in updater.store.history(user_id, "persona", record.id):
+                old = change.before.content
+                if isinstance(old, PersonaMemory) and group.ids <= set(old.sources):
+                    return UpdateDecision(
+                        operation="noop",
+                        target_id=record.id,
+                        reason="a later choice replaced it",
+                        record=record,
+                    )
+        return updater.update(user_id, "persona", memory, at=latest.record.at)
+    target = max(drawn, key=lambda record: len(group.ids & set(record.content.sources)))  # type: ignore[union-attr]
+    if target.content == memory:
+        return UpdateDecision(
+            operation="noop", target_id=target.id, reason="the same choice", record=target
+        )
+    (embedded,) = embed_records(updater.embedder, [memory])
+    reason = f"the choice of {len(group.tasks)} past tasks, revised"
+    record = updater.store.update(
+        user_id,
+        "persona",
+        target.id,
+        memory,
+        embedding=embedded.embedding,
+        at=latest.record.at,
+        valid_until=target.valid_until,
+        reason=reason,
+    )
+    return UpdateDecision(
+        operation="update", target_id=target.id, content=memory, reason=reason, record=record
+    )

@@ -1,0 +1,119 @@
+"""Consolidation: choices repeated across past tasks become persona memories."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from autopersona_flows import PersonaAgent, PersonaRequest, Requirement
+from autopersona_flows.memory import (
+    JsonlMemoryStore,
+    MemoryRetriever,
+    MemoryUpdater,
+    TrajectoryMemory,
+    maintain_user,
+)
+from autopersona_flows.memory.consolidation import promote_choices
+
+T0 = datetime(2025, 2, 3, 8, 0, tzinfo=UTC)
+BOOKINGS = [
+    ("Book a flight to Rome", ["searched flights", "booked 14C, an aisle seat"], ""),
+    ("flights to Oslo please", ["picked an aisle seat again"], "she likes the aisle"),
+    ("I need a flight to Paris on Friday", ["compared fares", "chose aisle 22D"], ""),
+]
+
+
+@pytest.fixture
+def updater(tmp_path: Path) -> MemoryUpdater:
+    return MemoryUpdater(JsonlMemoryStore(tmp_path))
+
+
+def remember(
+    updater: MemoryUpdater, tasks: list[tuple[str, list[str], str]], start: int = 0
+) -> list[str]:
+    return [
+        updater.add(
+            "ada",
+            TrajectoryMemory(query=query, trace=trace, insight=insight),
+            at=T0 + timedelta(days=start + i),
+        ).id
+        for i, (query, trace, insight) in enumerate(tasks)
+    ]
+
+
+def test_three_bookings_with_an_aisle_seat_say_aisle(updater: MemoryUpdater) -> None:
+    ids = remember(updater, BOOKINGS)
+    remember(updater, [("order groceries", ["ordered oat milk and bread"], "")], start=5)
+    (decision,) = promote_choices(updater, "ada")
+    assert decision.operation == "add"
+    memory = decision.record
+    assert memory is not None
+    assert (memory.content.topic, memory.content.preference) == ("flight", "aisle")
+    assert memory.content.sources == ids
+    assert memory.at == T0 + timedelta(days=2)  # when the latest of them happened
+    assert "chosen in 3 past flight tasks" in memory.content.strategy
+    assert [d.operation for d in promote_choices(updater, "ada")] == ["noop"]
+    # The agent now answers "seat" from the persona memory, citing where it came from.
+    agent = PersonaAgent(MemoryRetriever(updater.store))
+    seat = Requirement(name="seat", options=["aisle", "window"])
+    request = PersonaRequest(user_id="ada", query="Book a flight to Lisbon", requirements=[seat])
+    decided = agent.decide(request)
+    assert decided.action == "final"
+    assert decided.constraints[0].value == "aisle"
+
+
+def test_a_habit_that_moves_updates_its_memory(updater: MemoryUpdater) -> None:
+    remember(updater, BOOKINGS)
+    (first,) = promote_choices(updater, "ada")
+    window = [
+        (query, [step.replace("aisle", "window") for step in trace], "")
+        for query, trace, _ in BOOKINGS
+    ]
+    remember(updater, window, start=10)
+    decisions = promote_choices(updater, "ada")
+    # "seat", chosen with both, is what they are choices of: it joins the topic.
+    assert [(d.record.content.topic, d.record.content.preference) for d in decisions] == [
+        ("flight seat", "aisle"),
+        ("flight seat", "window"),
+    ]
+    now = datetime.now(UTC)
+    current = [r for r in updater.store.list("ada", "persona") if r.holds_at(now)]
+    assert [(r.id, r.content.preference) for r in current] == [(first.record.id, "window")]
+    history = updater.store.history("ada", "persona", first.record.id)
+    assert [c.before.content.preference for c in history] == ["aisle", "aisle"]
+    again = promote_choices(updater, "ada")
+    assert [d.operation for d in again] == ["noop", "noop"]
+
+
+def test_choices_in_tasks_of_different_kinds_or_too_few_are_not_promoted(
+    updater: MemoryUpdater,
+) -> None:
+    remember(
+        updater,
+        [
+            *BOOKINGS[:2],
+            ("train to Leeds on Friday", ["picked an aisle seat"], ""),
+            ("hire a car in Faro", ["booked a compact automatic"], ""),
+            ("rent a car for the weekend", [{"booked": True, "car": "automatic"}], ""),
+        ],
+    )
+    assert promote_choices(updater, "ada") == []
+    assert [
+        d.record.content.preference for d in promote_choices(updater, "ada", min_repeats=2)
+    ] == ["aisle seat"]
+    with pytest.raises(ValueError, match="min_repeats"):
+        promote_choices(updater, "ada", min_repeats=1)
+
+
+def test_nightly_maintenance_promotes_choices_once(updater: MemoryUpdater) -> None:
+    remember(updater, BOOKINGS)
+    store = updater.store
+    with pytest.raises(ValueError, match="min_repeats"):
+        maintain_user(store, "ada", choices_min_repeats=0, workspace_max_age=timedelta(days=1))
+    first = maintain_user(store, "ada")
+    assert len(first.promoted) == 1
+    assert first.memories["persona"] == 1
+    assert maintain_user(store, "ada").promoted == []
+    assert maintain_user(store, "ada", choices_min_repeats=None).promoted == []
