@@ -15,6 +15,7 @@ each also inherits the builtin it refines, so ``except ValueError`` keeps workin
     ├── RetrievalError (ValueError)
     ├── ResolverError (ValueError)
     ├── IngestionError (ValueError)
+    │   └── ExtractionError
     ├── PolicyError (ValueError)
     ├── EvaluationError (ValueError)
     ├── GraphError (ValueError)
@@ -39,6 +40,7 @@ __all__ = [
     "EmbedderError",
     "EmbeddingMismatchError",
     "EvaluationError",
+    "ExtractionError",
     "FlowConfigurationError",
     "GraphError",
     "IngestionError",
@@ -131,6 +133,15 @@ class ResolverError(AutopersonaError, ValueError):
 
 class IngestionError(AutopersonaError, ValueError):
     """A task-history file or record cannot be ingested; the message names the field."""
+
+
+class ExtractionError(IngestionError):
+    """An extractor could not read the memories of a task.
+
+    For example a model server that kept failing, or a model that kept answering
+    with invalid memories (a quote the person never wrote); the message says which.
+    Ingestion extracts before it writes, so nothing of the task was stored.
+    """
 
 
 class PolicyError(AutopersonaError, ValueError):

@@ -22,6 +22,7 @@ def test_top_level_surface() -> None:
         "EmbeddingMismatchError",
         "EvaluationError",
         "EvidencePolicy",
+        "ExtractionError",
         "FinalDecision",
         "HashingEmbedder",
         "IngestionError",
@@ -88,6 +89,7 @@ def test_errors_form_one_tree_and_refine_builtins() -> None:
     assert issubclass(errors.SnapshotError, ValueError)
     assert issubclass(errors.EmbeddingMismatchError, errors.EmbedderError)
     assert issubclass(errors.ResolverError, ValueError)
+    assert issubclass(errors.ExtractionError, errors.IngestionError)
 
 
 def test_the_memory_layer_does_not_import_prefect() -> None:

@@ -18,14 +18,19 @@ from __future__ import annotations
 
 import copy
 import logging
-import re
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Literal, Self
+from typing import Any, ClassVar, Self
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from autopersona_flows import _json
+from autopersona_flows._chat import (
+    InvalidOutputError,
+    ResponseFormat,
+    StructuredChat,
+    validated_json,
+)
 from autopersona_flows.agent.decisions import PersonaDecision, PersonaRequest
 from autopersona_flows.agent.evidence import EvidencePolicy
 from autopersona_flows.agent.judges import Verdict
@@ -67,10 +72,6 @@ Reply with one JSON object and nothing else:
 {"verdicts": [{"requirement": "...", "memory_ids": ["..."], "value": "...", \
 "ceases": false, "reason": "..."}]}"""
 
-_FENCE = re.compile(r"\A```(?:json)?\s*\n(.*)\n```\Z", re.DOTALL)
-_RETRIED_STATUS = frozenset({408, 429})
-_MAX_REASON = 300
-
 
 class _ModelVerdict(BaseModel):
     """One requirement's verdict as the model writes it."""
@@ -107,26 +108,6 @@ def schema_for(asked: Mapping[str, Sequence[ScoredMemory]]) -> dict[str, Any]:
     verdict["memory_ids"]["items"]["enum"] = ids
     schema["properties"]["verdicts"] |= {"minItems": len(asked), "maxItems": len(asked)}
     return schema
-
-
-class _InvalidOutputError(Exception):
-    """The model answered, but not with valid verdicts; worth asking again.
-
-    Args:
-        problem: What is wrong, in words the model (and a person) can act on.
-        answer: The model's answer as given, to send back with the problem.
-    """
-
-    def __init__(self, problem: str, answer: str) -> None:
-        super().__init__(problem)
-        self.answer = answer
-
-
-class _TransientError(Exception):
-    """The server failed in a way that may pass (timeout, 429, 5xx); worth asking again."""
-
-
-ResponseFormat = Literal["json_schema", "json_object"]
 
 
 class OpenAICompatibleJudge:
@@ -178,35 +159,20 @@ class OpenAICompatibleJudge:
         max_tokens: int | None = None,
         client: httpx.Client | None = None,
     ) -> None:
-        if max_tokens is not None and (
-            isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
-        ):
-            raise ValueError(f"max_tokens must be a positive int or None, got {max_tokens!r}")
-        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
-            raise ValueError(
-                f"base_url must be an http(s) URL such as 'http://127.0.0.1:8000/v1', "
-                f"got {base_url!r}"
-            )
-        if not isinstance(model, str) or not model.strip():
-            raise ValueError(f"model must name the server's model, got {model!r}")
-        if not timeout > 0:
-            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
-            raise ValueError(f"max_retries must be a non-negative int, got {max_retries!r}")
-        if response_format not in ("json_schema", "json_object"):
-            raise ValueError(
-                f"response_format must be 'json_schema' or 'json_object', got {response_format!r}"
-            )
-        self.base_url = base_url.rstrip("/")
-        self.model = model
-        self.timeout = timeout
-        self.temperature = temperature
-        self.max_retries = max_retries
-        self.response_format: ResponseFormat = response_format
-        self.max_tokens = max_tokens
-        self._api_key = api_key
-        self._owns_client = client is None
-        self._client = client if client is not None else httpx.Client()
+        self._chat = StructuredChat(
+            base_url,
+            model,
+            api_key,
+            timeout,
+            temperature=temperature,
+            max_retries=max_retries,
+            response_format=response_format,
+            max_tokens=max_tokens,
+            client=client,
+            error=PolicyError,
+            name="verdicts",
+            logger=logger,
+        )
 
     def __repr__(self) -> str:
         # The api key stays out: reprs end up in logs and Prefect's UI.
@@ -220,13 +186,55 @@ class OpenAICompatibleJudge:
 
     def close(self) -> None:
         """Close the HTTP client if this judge made it; an injected one stays open."""
-        if self._owns_client:
-            self._client.close()
+        self._chat.close()
+
+    @property
+    def base_url(self) -> str:
+        """The API root, without a trailing slash."""
+        return self._chat.base_url
+
+    @property
+    def model(self) -> str:
+        """The model name the server knows."""
+        return self._chat.model
+
+    @property
+    def timeout(self) -> float:
+        """Seconds to wait for each response."""
+        return self._chat.timeout
+
+    @property
+    def temperature(self) -> float:
+        """The sampling temperature."""
+        return self._chat.temperature
+
+    @property
+    def max_retries(self) -> int:
+        """How many more requests after a failed one."""
+        return self._chat.max_retries
+
+    @property
+    def max_tokens(self) -> int | None:
+        """The most tokens an answer may take, or ``None`` for the server's default."""
+        return self._chat.max_tokens
+
+    @property
+    def response_format(self) -> ResponseFormat:
+        """How the schema is sent; ``"json_object"`` once the server refused ``json_schema``."""
+        return self._chat.response_format
+
+    @response_format.setter
+    def response_format(self, value: ResponseFormat) -> None:
+        self._chat.response_format = value
 
     @property
     def url(self) -> str:
         """The endpoint requests are sent to."""
-        return f"{self.base_url}/chat/completions"
+        return self._chat.url
+
+    @property
+    def _client(self) -> httpx.Client:
+        return self._chat.client
 
     def judge(
         self, request: PersonaRequest, candidates: Mapping[str, Sequence[ScoredMemory]]
@@ -242,104 +250,13 @@ class OpenAICompatibleJudge:
         verdicts: dict[str, list[Verdict]] = {name: [] for name in candidates}
         if not asked:
             return verdicts
-        messages: list[dict[str, str]] = [
+        messages = [
             {"role": "system", "content": _SYSTEM_PROMPT},
             {"role": "user", "content": _prompt(request, asked)},
         ]
-        schema = schema_for(asked)
-        attempts = 1 + self.max_retries
-        for attempt in range(1, attempts + 1):
-            try:
-                return verdicts | _checked(self._complete(messages, schema), asked)
-            except _TransientError as exc:
-                if attempt == attempts:
-                    raise PolicyError(f"{exc} (after {_requests(attempts)})") from exc.__cause__
-                logger.warning("%s; trying again (%d/%d)", exc, attempt, attempts)
-            except _InvalidOutputError as exc:
-                if attempt == attempts:
-                    raise PolicyError(
-                        f"model {self.model!r} at {self.url} gave invalid verdicts after "
-                        f"{_requests(attempts)}: {exc}"
-                    ) from None
-                logger.warning(
-                    "model %r gave invalid verdicts (%s); asking again (%d/%d)",
-                    self.model,
-                    exc,
-                    attempt,
-                    attempts,
-                )
-                messages += [
-                    {"role": "assistant", "content": exc.answer},
-                    {
-                        "role": "user",
-                        "content": f"That answer is invalid: {exc}. Reply again with only "
-                        "a JSON object that follows the schema and the rules.",
-                    },
-                ]
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _complete(self, messages: list[dict[str, str]], schema: dict[str, Any]) -> str:
-        """Send ``messages`` and return the answer's text."""
-        response = self._post(messages, schema)
-        if self.response_format == "json_schema" and _refuses_schema(response):
-            logger.warning(
-                "%s refused response_format json_schema (HTTP %d: %s); asking with "
-                "json_object and the schema from now on",
-                self.url,
-                response.status_code,
-                _reason(response),
-            )
-            self.response_format = "json_object"
-            response = self._post(messages, schema)
-        if response.status_code in _RETRIED_STATUS or response.is_server_error:
-            raise _TransientError(
-                f"{self.url} answered HTTP {response.status_code}: {_reason(response)}"
-            )
-        if not response.is_success:
-            raise PolicyError(
-                f"{self.url} answered HTTP {response.status_code}: {_reason(response)}"
-            )
-        try:
-            choice = response.json()["choices"][0]
-            message = choice["message"]
-        except (ValueError, KeyError, IndexError, TypeError):
-            raise PolicyError(
-                f"{self.url} answered HTTP {response.status_code} without a chat completion "
-                f"(no choices[0].message): {_reason(response)}"
-            ) from None
-        content = message.get("content") if isinstance(message, dict) else None
-        if not isinstance(content, str) or not content.strip():
-            refusal = message.get("refusal") if isinstance(message, dict) else None
-            why = f"the model refused: {refusal}" if refusal else "the answer is empty"
-            raise _InvalidOutputError(why, "")
-        if choice.get("finish_reason") == "length":
-            raise _InvalidOutputError("the answer was cut off (finish_reason 'length')", content)
-        return content
-
-    def _post(self, messages: list[dict[str, str]], schema: dict[str, Any]) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
-        response_format: dict[str, Any] = (
-            {
-                "type": "json_schema",
-                "json_schema": {"name": "verdicts", "schema": schema, "strict": False},
-            }
-            if self.response_format == "json_schema"
-            else {"type": "json_object", "schema": schema}
+        return verdicts | self._chat.ask(
+            messages, schema_for(asked), lambda content: _checked(content, asked)
         )
-        body = {
-            "model": self.model,
-            "messages": messages,
-            "temperature": self.temperature,
-            "response_format": response_format,
-        }
-        if self.max_tokens is not None:
-            body["max_tokens"] = self.max_tokens
-        try:
-            return self._client.post(self.url, json=body, headers=headers, timeout=self.timeout)
-        except httpx.TimeoutException as exc:
-            raise _TransientError(f"{self.url} did not answer within {self.timeout:g} s") from exc
-        except httpx.TransportError as exc:
-            raise _TransientError(f"cannot reach {self.url}: {exc or type(exc).__name__}") from exc
 
 
 class OpenAICompatiblePolicy:
@@ -406,10 +323,6 @@ class OpenAICompatiblePolicy:
         return self._policy.decide(request, memories)
 
 
-def _requests(count: int) -> str:
-    return f"{count} request{'s' if count > 1 else ''}"
-
-
 def _prompt(request: PersonaRequest, asked: Mapping[str, list[ScoredMemory]]) -> str:
     """The user message: the request and each requirement's candidates, as JSON.
 
@@ -444,39 +357,22 @@ def _candidate(memory: ScoredMemory) -> dict[str, Any]:
 
 def _checked(content: str, asked: Mapping[str, list[ScoredMemory]]) -> dict[str, list[Verdict]]:
     """Validate the model's answer against the schema and against what it was shown."""
-    text = content.strip()
-    fenced = _FENCE.match(text)
-    if fenced:  # some servers ignore response_format and the model answers in markdown
-        text = fenced.group(1)
-    try:
-        answer = _ModelAnswer.model_validate_json(text)
-    except ValidationError as exc:
-        problem = "; ".join(
-            f"{'.'.join(map(str, error['loc'])) or 'answer'}: {error['msg']}"
-            for error in exc.errors()
-        )
-        raise _InvalidOutputError(
-            f"it is not a valid verdicts object ({problem})", content
-        ) from None
+    answer = validated_json(_ModelAnswer, content, "verdicts")
     verdicts: dict[str, list[Verdict]] = {}
     for i, given in enumerate(answer.verdicts):
         if given.requirement not in asked:
-            raise _InvalidOutputError(
+            raise InvalidOutputError(
                 f"verdicts[{i}] is for {given.requirement!r}, which was not asked about; "
-                f"the requirements are {sorted(asked)}",
-                content,
+                f"the requirements are {sorted(asked)}"
             )
         if given.requirement in verdicts:
-            raise _InvalidOutputError(
-                f"{given.requirement!r} has two verdicts; give exactly one", content
-            )
+            raise InvalidOutputError(f"{given.requirement!r} has two verdicts; give exactly one")
         shown = {memory.record.id for memory in asked[given.requirement]}
         stray = [memory_id for memory_id in given.memory_ids if memory_id not in shown]
         if stray:
-            raise _InvalidOutputError(
+            raise InvalidOutputError(
                 f"verdicts[{i}] cites {stray}, which are not among the memories shown for "
-                f"{given.requirement!r}",
-                content,
+                f"{given.requirement!r}"
             )
         reason = given.reason.strip() or "the model's verdict"
         verdicts[given.requirement] = [
@@ -493,28 +389,5 @@ def _checked(content: str, asked: Mapping[str, list[ScoredMemory]]) -> dict[str,
         ]
     missing = sorted(set(asked) - set(verdicts))
     if missing:
-        raise _InvalidOutputError(f"there is no verdict for {missing}", content)
+        raise InvalidOutputError(f"there is no verdict for {missing}")
     return verdicts
-
-
-def _refuses_schema(response: httpx.Response) -> bool:
-    """Whether an error says the server cannot take ``response_format: json_schema``.
-
-    Only an error naming the response format or the schema: a transient 500 is
-    retried as it is, and keeps structured outputs.
-    """
-    if response.status_code not in (400, 422, 500):
-        return False
-    said = _reason(response).casefold()
-    return "response_format" in said or "schema" in said
-
-
-def _reason(response: httpx.Response) -> str:
-    """A short reason from an error body: OpenAI's ``error.message``, or the text."""
-    try:
-        error = response.json()["error"]
-        reason = error["message"] if isinstance(error, dict) else error
-    except (ValueError, KeyError, TypeError):
-        reason = response.text or response.reason_phrase
-    reason = " ".join(str(reason).split())
-    return reason if len(reason) <= _MAX_REASON else reason[: _MAX_REASON - 1] + "…"

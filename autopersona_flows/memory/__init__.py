@@ -106,6 +106,7 @@ __all__ = [
     "MemoryStore",
     "MemoryUpdater",
     "MiniLMEmbedder",
+    "OpenAICompatibleExtractor",
     "Persona2WebCase",
     "PersonaMemory",
     "PostgresMemoryStore",
@@ -151,4 +152,11 @@ def __getattr__(name: str) -> object:
         from autopersona_flows.memory.postgres import PostgresMemoryStore  # noqa: PLC0415
 
         return PostgresMemoryStore
+    # Lazily: only the LLM extractor needs an HTTP client (httpx); the rest of the layer does not.
+    if name == "OpenAICompatibleExtractor":
+        from autopersona_flows.memory.llm_extraction import (  # noqa: PLC0415
+            OpenAICompatibleExtractor,
+        )
+
+        return OpenAICompatibleExtractor
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -21,7 +21,14 @@ from autopersona_flows.memory.records import PersonaMemory, RawTaskRecord, UtcDa
 from autopersona_flows.memory.text import normalise
 from autopersona_flows.memory.validity import valid_until
 
-__all__ = ["ExtractedMemory", "Extractor", "RuleExtractor", "person_texts", "statement"]
+__all__ = [
+    "ExtractedMemory",
+    "Extractor",
+    "RuleExtractor",
+    "names_secret",
+    "person_texts",
+    "statement",
+]
 
 
 class ExtractedMemory(BaseModel):
@@ -88,6 +95,11 @@ _BY_VERB = {
 }
 
 
+def names_secret(text: str) -> bool:
+    """Whether ``text`` names a secret (a PIN, a password, a card number...)."""
+    return bool(_SECRET.search(text))
+
+
 def person_texts(record: RawTaskRecord) -> list[str]:
     """What the person wrote in a task: the request and their messages in the trace.
 
@@ -150,7 +162,7 @@ def statement(sentence: str) -> PersonaMemory | None:
     A sentence naming a secret (a PIN, a password, a card number) states nothing.
     """
     sentence = sentence.strip()
-    if _SECRET.search(sentence):
+    if names_secret(sentence):
         return None
     mine = _MY.search(sentence)
     if mine and not _NOT_A_VALUE.match(mine.group("value").strip()):

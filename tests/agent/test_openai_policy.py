@@ -4,9 +4,7 @@ import base64
 import json
 import logging
 import socket
-import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -35,80 +33,8 @@ from autopersona_flows.memory.retrieval import (
     ScoredMemory,
     SearchRequest,
 )
-
-HANG = "hang"  # a scripted reply that sends nothing until the server shuts down
-
-Reply = tuple[int, Any] | Callable[[dict[str, Any]], tuple[int, Any]] | str
-
-
-class FakeServer:
-    """A chat-completions server that records every request and replies from a script."""
-
-    def __init__(self) -> None:
-        self.requests: list[dict[str, Any]] = []
-        self.replies: list[Reply] = []
-        self.release = threading.Event()
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        # A short poll interval: shutdown() waits for one, and every test shuts a server down.
-        self.thread = threading.Thread(
-            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
-        )
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def script(self, *replies: Reply) -> None:
-        self.replies.extend(replies)
-
-    def bodies(self) -> list[dict[str, Any]]:
-        return [request["body"] for request in self.requests]
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                raw = self.rfile.read(int(self.headers["Content-Length"]))
-                server.requests.append(
-                    {
-                        "path": self.path,
-                        "headers": {k.lower(): v for k, v in self.headers.items()},
-                        "body": json.loads(raw),
-                    }
-                )
-                reply = server.replies.pop(0) if server.replies else (500, "nothing scripted")
-                if reply == HANG:
-                    server.release.wait(5)
-                    return
-                status, payload = reply(server.requests[-1]["body"]) if callable(reply) else reply
-                data = payload if isinstance(payload, str) else json.dumps(payload)
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data.encode())))
-                self.end_headers()
-                self.wfile.write(data.encode())
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        return Handler
-
-    def close(self) -> None:
-        self.release.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join()
-
-
-def completion(content: Any, finish_reason: str = "stop") -> tuple[int, Any]:
-    text = content if isinstance(content, str) else json.dumps(content)
-    message = {"role": "assistant", "content": text}
-    return 200, {
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
-    }
+from autopersona_flows.testing.chat_server import HANG, completion
+from autopersona_flows.testing.chat_server import FakeChatServer as FakeServer
 
 
 @pytest.fixture(autouse=True)
