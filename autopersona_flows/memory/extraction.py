@@ -60,24 +60,40 @@ class Extractor(Protocol):
 
 
 _SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+")
-_I = r"\b(?:i|i'm|i am|i've|i have|we|we're|we are)\b"
-_ADVERBS = r"(?:\s+(?:really|usually|always|generally|now|still|also|actually|definitely|mostly))*"
+_I = r"\b(?:i|i'm|i am|i've|i have|i'd|we|we're|we are|we've)\b"
+_ADVERBS = (
+    r"(?:\s+(?:really|usually|always|generally|now|still|also|actually|definitely|mostly|"
+    r"just|finally|completely|totally|officially))*"
+)
 _VERB = (
     r"(?P<verb>prefer|like|love|enjoy|hate|dislike|avoid|can't stand|cannot stand|"
-    r"can't eat|cannot eat|can't have|don't eat|don't drink|don't use|don't want|do not want|"
-    r"never|always|only|no longer|stopped|quit|gave up|given up|switched to|moved to|"
+    r"can't eat|cannot eat|can't have|can't handle|cannot handle|can't do|can't tolerate|"
+    r"don't eat|don't drink|don't use|don't want|do not want|never|always|only|no longer|"
+    r"stopped|quit|gave up|given up|switched to|moved to|gone back to|went back to|"
     r"allergic to|intolerant to|vegan|vegetarian|pescatarian|use|go for|stick to|tend to|"
-    r"using|liking|loving|hating|preferring|sticking to|going for)"
+    r"using|liking|loving|hating|preferring|sticking to|going for|cancelled|canceled|"
+    r"ditched|dropped|sold|moved|changed|started|done with|off(?!\s+to\b)|on|in(?!\s+the mood)|"
+    r"based in|living in|live in|doing)"
 )
 _STATEMENT = re.compile(
     rf"{_I}(?:\s+(?:am|'m|are|'re|have|'ve))?{_ADVERBS}\s+{_VERB}(?:s|d|ed|ing)?\b"
     r"(?P<rest>[^.!?;]*)",
     re.IGNORECASE,
 )
-_MY = re.compile(
-    r"\b(?:my|our)\s+(?P<topic>[a-z][\w' -]{1,40}?)\s+(?:is|are|has changed to|changed to|"
-    r"is now|are now)\s+(?P<value>[^.!?;]+)",
+# "I'm gluten intolerant", "we're allergic": what comes before the adjective.
+_CONDITION = re.compile(
+    rf"{_I}(?:\s+(?:am|'m|are|'re))?\s+(?P<what>[a-z][\w-]*)\s+(?P<verb>intolerant|allergic)\b",
     re.IGNORECASE,
+)
+# "Always use my Monzo account", "Sold the car!": the person is implied.
+_IMPLIED = re.compile(
+    r"^(?:please\s+|and\s+)?(?P<verb>always|never|from now on|sold|cancelled|canceled|quit|"
+    r"ditched|stopped|dropped|gave up)\b(?P<rest>[^.!?;]*)",
+    re.IGNORECASE,
+)
+_MY = re.compile(
+    r"\b(?P<owner>(?i:my|our)|[A-Z][a-z]+'s)\s+(?P<topic>(?i:[a-z][\w' -]{1,40}?))\s+"
+    r"(?i:is|are|has changed to|changed to|is now|are now)\s+(?P<value>[^.!?;]+)",
 )
 # Secrets are never remembered from free text, whatever else the person says.
 _SECRET = re.compile(
@@ -88,10 +104,16 @@ _SECRET = re.compile(
 _NOT_A_VALUE = re.compile(r"^(?:at|on|in|tomorrow|today|tonight|coming|going|here|there)\b", re.I)
 _BY_VERB = {
     "allergic to": "allergies",
+    "allergic": "allergies",
     "intolerant to": "intolerances",
+    "intolerant": "intolerances",
     "vegan": "diet",
     "vegetarian": "diet",
     "pescatarian": "diet",
+    "in": "location",
+    "based in": "location",
+    "living in": "location",
+    "live in": "location",
 }
 
 
@@ -164,32 +186,36 @@ def statement(sentence: str) -> PersonaMemory | None:
     sentence = sentence.strip()
     if names_secret(sentence):
         return None
+    said = sentence.rstrip(".!?; ")
     mine = _MY.search(sentence)
     if mine and not _NOT_A_VALUE.match(mine.group("value").strip()):
-        topic, value = mine.group("topic").strip(), mine.group("value").strip(" ,")
-        if phrase(topic).head is not None and value:
-            return PersonaMemory(topic=topic, preference=value)
-    said = _STATEMENT.search(sentence)
-    if said is None:
+        owner, topic = mine.group("owner"), mine.group("topic").strip()
+        value = mine.group("value").strip(" ,")
+        if value and len(topic.split()) <= 4:
+            named = owner[0].isupper() and owner.endswith("'s")
+            return PersonaMemory(topic=f"{owner} {topic}" if named else topic, preference=value)
+    condition = _CONDITION.search(sentence)
+    if condition:
+        return PersonaMemory(topic=_BY_VERB[condition.group("verb").casefold()], preference=said)
+    found = _STATEMENT.search(sentence) or _IMPLIED.search(sentence)
+    if found is None:
         return None
-    verb = said.group("verb").casefold()
-    topic = _BY_VERB.get(verb) or _object_topic(said.group("rest"))
-    if topic is None:
-        return None
-    return PersonaMemory(topic=topic, preference=sentence.rstrip(".!?; "))
+    topic = _BY_VERB.get(found.group("verb").casefold()) or _object_topic(found.group("rest"))
+    return None if topic is None else PersonaMemory(topic=topic, preference=said)
 
 
 # Where the object of a statement ends: a time, a reason, a condition.
 _OBJECT_END = re.compile(
-    r"\b(?:until|till|til|through|thru|this|today|tonight|tomorrow|next|every|because|since|"
-    r"when|while|whenever|if|unless|and|but|or|so)\b.*",
+    r"(?:,|\b(?:until|till|til|through|thru|this|today|tonight|tomorrow|next|every|because|"
+    r"since|when|while|whenever|if|unless|and|but|or|so|now|anymore|lately|these days)\b).*",
     re.IGNORECASE,
 )
+_MANNER = re.compile(r"\b\w+ly$", re.IGNORECASE)  # "caffeine completely"
 
 
 def _object_topic(rest: str) -> str | None:
     """The head of the noun phrase a statement is about, as written."""
-    read = phrase(_OBJECT_END.sub("", rest))
+    read = phrase(_MANNER.sub("", _OBJECT_END.sub("", rest).strip()))
     if read.head is None or read.asks:
         return None
     return read.surface.get(read.head, read.head)

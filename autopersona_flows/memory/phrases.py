@@ -104,13 +104,15 @@ _PREFERENCE_CUES = _set(
 # "No longer", "stopped", "quit": what follows is not true any more.
 _CESSATION = re.compile(
     r"\b(?:no longer|not any ?more|any ?more|no more|stopped|quit|quitting|gave up|given up"
-    r"|cut out|dropped|done with|used to|formerly|previously|deleted|cancell?ed|uninstalled"
+    r"|cut out|cut \w+ out|dropped|done with|used to|formerly|previously|deleted|cancell?ed"
+    r"|uninstalled|ditched|sold|moved away"
     r"|not going back|is gone|are gone|not using)\b"
 )
 # "Now", "instead", "switched to": a new value replaces the old one.
 _CHANGE = re.compile(
-    r"\b(?:(?<!for )now|nowadays|these days|instead|switched|switching|changed|moved to|moved"
-    r"|from now on|back on|started|new|since)\b"
+    r"\b(?:(?<!for )now|nowadays|these days|lately|instead|switched|switching|changed|moved to"
+    r"|moved|from now on|back on|back to|started|new|since|again|anymore|actually|turns out"
+    r"|turned out|correction|wrong|mixed (?:it |them )?up|what i said|i said before)\b"
 )
 
 _CLAUSE_BREAK = re.compile(

@@ -18,10 +18,17 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from autopersona_flows.memory.phrases import QUALIFIER_ROOTS, clauses, kin, phrase
+from autopersona_flows.memory.phrases import (
+    QUALIFIER_ROOTS,
+    clauses,
+    content_roots,
+    kin,
+    phrase,
+    value_kinds,
+)
 from autopersona_flows.memory.text import normalise
 
-__all__ = ["adds_value", "ends", "same_slot"]
+__all__ = ["adds_value", "announces_change", "ends", "replaces", "same_slot"]
 
 _ADDING = re.compile(
     r"\b(?:also|too|as well|another|in addition|additionally|besides|on top of)\b", re.IGNORECASE
@@ -61,3 +68,60 @@ def ends(preference: str, topic: str) -> bool:
     read = phrase(topic)
     wanted = read.modifiers - QUALIFIER_ROOTS or ({read.head} if read.head else set())
     return any(clause.ceasing and wanted & set(clause.roots) for clause in clauses(preference))
+
+
+def announces_change(preference: str) -> bool:
+    """Whether ``preference`` says something changed ("now", "these days", "switched")."""
+    return any(clause.changing or clause.ceasing for clause in clauses(preference))
+
+
+def replaces(new_topic: str, new_value: str, old_topic: str, old_value: str) -> bool:
+    """Whether a value announced as a change replaces an older memory in other words.
+
+    A person saying "43 these days" of "trainers for running" speaks of the
+    "running shoes" stored before, though the topics name no common attribute.
+    The announcement is the evidence that an older value exists; it replaces one
+    that names the same person or place in its value, or one related to it (the
+    topics share a word, or one topic is named in the other's value) whose value
+    has the same shape: both amounts, both days, both with a
+    number, or both without any shape ("whatsapp lately" for "email is best"), so
+    that "near the beach now" of a hotel never replaces its budget.
+    """
+    if not announces_change(new_value) or _other_subjects(new_topic, old_topic):
+        return False
+    if _names(new_value) & _names(old_value):  # "Marta's moved" of "Marta comes in"
+        return True
+    mine, theirs = content_roots(new_topic), content_roots(old_topic)
+    related = (
+        mine & theirs
+        or theirs & content_roots(new_value)
+        or mine & content_roots(old_value)  # "sugar: cut it out" of "tea: two sugars"
+    )
+    if not related:
+        return False
+    shapes, old_shapes = value_kinds(new_value), value_kinds(old_value)
+    if shapes & old_shapes or not (shapes or old_shapes):
+        return True
+    return _has_number(new_value) and _has_number(old_value)
+
+
+_CAPITALISED = re.compile(r"\b[A-Z][a-z]{2,}\b")
+
+
+def _names(text: str) -> set[str]:
+    """Capitalised content words: the people and places named (and a few others)."""
+    return {word for word in _CAPITALISED.findall(text) if content_roots(word)}
+
+
+def _other_subjects(a: str, b: str) -> bool:
+    """Whether two topics name one attribute of different things ("hotel"/"flight budget")."""
+    first, second = phrase(a), phrase(b)
+    if first.head is None or second.head is None or not kin(first.head, second.head):
+        return False
+    rest = first.modifiers - QUALIFIER_ROOTS
+    other = second.modifiers - QUALIFIER_ROOTS
+    return bool(rest) and bool(other) and not rest & other
+
+
+def _has_number(text: str) -> bool:
+    return any(character.isdigit() for character in text)

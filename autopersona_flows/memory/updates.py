@@ -45,7 +45,7 @@ from autopersona_flows.memory.retrieval import (
     SearchRequest,
     check_top_k,
 )
-from autopersona_flows.memory.slots import adds_value, ends, same_slot
+from autopersona_flows.memory.slots import adds_value, ends, replaces, same_slot
 from autopersona_flows.memory.text import memory_text, normalise
 from autopersona_flows.memory.users import check_user_id
 
@@ -126,6 +126,10 @@ class HeuristicResolver:
       goes to the change history), unless it adds to the slot ("also", `adds_value`).
     - A persona memory saying that what another one is about stopped ("I quit
       coffee" against a "coffee order", `ends`) updates that one.
+    - A persona memory announcing a change ("43 these days") updates the most
+      similar one it may replace in other words (`replaces`), and one that such
+      a memory may have replaced updates it (what was said later then wins, by
+      the updater's guard on time).
     - Otherwise a candidate scoring at least ``duplicate_threshold`` makes it a
       noop (a near duplicate).
     - Otherwise the content is added.
@@ -188,6 +192,16 @@ class HeuristicResolver:
                     target_id=memory_id,
                     content=new,
                     reason=f"no longer holds: {new.preference!r}",
+                )
+        for memory_id, old in persona:
+            if replaces(new.topic, new.preference, old.topic, old.preference) or replaces(
+                old.topic, old.preference, new.topic, new.preference
+            ):
+                return UpdateDecision(
+                    operation="update",
+                    target_id=memory_id,
+                    content=new,
+                    reason=f"changed, in other words: {new.preference!r}",
                 )
         return None
 

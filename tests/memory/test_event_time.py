@@ -263,3 +263,60 @@ def test_a_decision_as_of_a_time_uses_what_held_then(store: JsonlMemoryStore) ->
     assert value(as_of=T0 - 2 * DAY) is None
     with pytest.raises(RetrievalError, match="timezone-aware"):
         MemoryRetriever(store).containing("ada", "persona", ["style"], as_of=datetime(2025, 1, 1))
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (("running shoes", "EU 42, neutral"), ("trainers for running", "43 these days")),
+        (("printer", "HP LaserJet M110"), ("home printer", "it's actually a Brother HL-L2350")),
+        (("tea", "builder's tea, two sugars"), ("sugar", "cut sugar out completely")),
+        (
+            ("cat sitter", "Marta comes in twice a day"),
+            ("pets", "Marta's moved to Porto so Miso goes to the cattery now"),
+        ),
+    ],
+    ids=["reworded", "correction", "named-in-value", "same-person"],
+)
+def test_a_change_announced_in_other_words_replaces_what_it_changes(
+    store: JsonlMemoryStore, old: tuple[str, str], new: tuple[str, str]
+) -> None:
+    updater = MemoryUpdater(store)
+    updater.update("ada", "persona", PersonaMemory(topic="films", preference="thrillers"))
+    first = updater.update("ada", "persona", PersonaMemory(topic=old[0], preference=old[1]))
+    later = updater.update("ada", "persona", PersonaMemory(topic=new[0], preference=new[1]))
+    assert later.operation == "update"
+    assert later.target_id == first.record.id
+    assert later.reason.startswith(("changed, in other words", "no longer holds", "newer value"))
+    assert topics(store) == {"films": "thrillers", new[0]: new[1]}
+
+
+@pytest.mark.parametrize(
+    "new",
+    [
+        ("hotel location", "near the beach now"),  # another shape of value
+        ("hotel budget", "also 40 for parking"),  # adds
+        ("flight budget", "400 now"),  # another attribute
+        ("seat", "aisle"),  # announces nothing
+    ],
+)
+def test_a_change_of_another_attribute_replaces_nothing(
+    store: JsonlMemoryStore, new: tuple[str, str]
+) -> None:
+    updater = MemoryUpdater(store)
+    updater.update("ada", "persona", PersonaMemory(topic="hotel budget", preference="£150 a night"))
+    decision = updater.update("ada", "persona", PersonaMemory(topic=new[0], preference=new[1]))
+    assert decision.operation == "add"
+    assert len(store.list("ada", "persona")) == 2
+
+
+def test_a_change_arriving_before_what_it_changed_still_wins(store: JsonlMemoryStore) -> None:
+    updater = MemoryUpdater(store)
+    later = PersonaMemory(topic="trainers for running", preference="43 these days")
+    updater.update("ada", "persona", later, at=T0 + 30 * DAY)
+    early = updater.update(
+        "ada", "persona", PersonaMemory(topic="running shoes", preference="EU 42"), at=T0
+    )
+    assert "kept as past" in early.reason
+    now = datetime.now(UTC)
+    assert [r.content for r in store.list("ada", "persona") if r.holds_at(now)] == [later]

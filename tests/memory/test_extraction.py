@@ -69,6 +69,14 @@ def test_dates_that_bound_nothing_are_ignored(text: str) -> None:
         ("I'm allergic to peanuts", "allergies", None),
         ("I'm vegan", "diet", None),
         ("I quit coffee in May", "coffee", None),
+        ("Joanna's birthday is the 16th of June", "Joanna's birthday", "the 16th of June"),
+        ("My usual is a large americano, black", "usual", "a large americano, black"),
+        ("I'm gluten intolerant, so no pasta places please", "intolerances", None),
+        ("Always use my Monzo account for transfers", "account", None),
+        ("Sold the car!", "car", "Sold the car"),
+        ("I'm in Edinburgh till Friday for work", "location", None),
+        ("I've given up caffeine completely, so tea please", "caffeine", None),
+        ("Actually I've gone back to proper whole milk, the oat stuff was bad", "milk", None),
     ],
 )
 def test_first_person_statements_become_memories(
@@ -85,6 +93,8 @@ def test_first_person_statements_become_memories(
     [
         "Can you book a table for two?",
         "My flight is at 6",
+        "I'm in the mood for something with Cate Blanchett",
+        "It's the only thing I put in my coffee",
         "I like it",
         "my bank PIN is 4321",
         "I always use the password hunter2",
