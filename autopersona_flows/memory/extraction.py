@@ -25,6 +25,7 @@ __all__ = [
     "ExtractedMemory",
     "Extractor",
     "RuleExtractor",
+    "bounded",
     "names_secret",
     "person_texts",
     "statement",
@@ -165,7 +166,7 @@ class RuleExtractor:
         known = {normalise(item.preference) for item in record.persona}
         for text in person_texts(record):
             for sentence in _SENTENCE.split(text):
-                memory = statement(sentence)
+                memory = statement(sentence) or bounded(sentence, at)
                 if memory is None or normalise(memory.preference) in known:
                     continue
                 if any(normalise(memory.preference) in k for k in known):
@@ -202,6 +203,21 @@ def statement(sentence: str) -> PersonaMemory | None:
         return None
     topic = _BY_VERB.get(found.group("verb").casefold()) or _object_topic(found.group("rest"))
     return None if topic is None else PersonaMemory(topic=topic, preference=said)
+
+
+def bounded(sentence: str, at: datetime) -> PersonaMemory | None:
+    """A sentence saying how long something holds states it, whoever's the subject.
+
+    "No non-essential spending until payday on the 28th" or "The kids are at
+    their grandparents' this week": the person describes a situation that ends
+    (see `valid_until`). The topic is what the sentence is about, before its
+    bound; questions and secrets state nothing.
+    """
+    sentence = sentence.strip()
+    if sentence.endswith("?") or names_secret(sentence) or valid_until(sentence, at) is None:
+        return None
+    topic = _object_topic(sentence)
+    return None if topic is None else PersonaMemory(topic=topic, preference=sentence.rstrip(".!; "))
 
 
 # Where the object of a statement ends: a time, a reason, a condition.

@@ -94,6 +94,7 @@ def replaces(new_topic: str, new_value: str, old_topic: str, old_value: str) -> 
     mine, theirs = content_roots(new_topic), content_roots(old_topic)
     related = (
         mine & theirs
+        or _compounds(mine, theirs)  # "haircuts" of "hair appointment"
         or theirs & content_roots(new_value)
         or mine & content_roots(old_value)  # "sugar: cut it out" of "tea: two sugars"
     )
@@ -121,6 +122,16 @@ def _other_subjects(a: str, b: str) -> bool:
     rest = first.modifiers - QUALIFIER_ROOTS
     other = second.modifiers - QUALIFIER_ROOTS
     return bool(rest) and bool(other) and not rest & other
+
+
+def _compounds(a: frozenset[str], b: frozenset[str]) -> bool:
+    """Whether a word of one is a compound of a word of the other ("haircut", "hair")."""
+    return any(
+        len(x) >= 4 and len(y) > len(x) and (y.startswith(x) or y.endswith(x))
+        for first, second in ((a, b), (b, a))
+        for x in first
+        for y in second
+    )
 
 
 def _has_number(text: str) -> bool:

@@ -12,6 +12,8 @@ seen in the wild:
   is a `ResolverError`, and nothing is written;
 - a delete never loses the new information: the contradicted memory moves to the
   change history and the new content is stored in its place;
+- a statement bounded in time (``valid_until``) never replaces one that is not:
+  it is stored beside it, and the standing one holds again once it ends;
 - what was said earlier never replaces what was said later: content stated
   (``at=``) before the memory it would update or delete is stored as a past
   memory instead, valid until the later one was said, so a history loaded out of
@@ -396,7 +398,18 @@ class MemoryUpdater:
             target = next(c.record for c in candidates if c.record.id == decision.target_id)
             if when.at is not None and when.at < target.at:
                 return self._past(user_id, result, decision, target, when)
-            result = _carried(result, target.content)
+            if when.until is not None and target.valid_until is None:
+                # "My temp number until the 30th": the standing one holds again after.
+                decision = decision.model_copy(
+                    update={
+                        "operation": "add",
+                        "target_id": None,
+                        "reason": f"holds until {when.until.isoformat()}, beside memory "
+                        f"{target.id} ({decision.reason})",
+                    }
+                )
+            else:
+                result = _carried(result, target.content)
         # Embed first: if the embedder fails, nothing has been changed yet.
         (embedded,) = embed_records(
             self.embedder, [result], stated_at=when.at, valid_until=when.until

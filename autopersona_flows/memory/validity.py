@@ -72,11 +72,17 @@ _DAY = "|".join(sorted(_DAYS, key=len, reverse=True))
 _NUMBER = r"\d+|" + "|".join(sorted(_NUMBERS, key=len, reverse=True))
 _UNTIL = r"(?:until|till|til|up to|up until|through|thru|to the end of|till the end of)"
 
+# "until his stitches come out on the 28th of April": the event, then its date.
+_EVENT = r"(?:[^.;,]{0,40}?\s(?:on|by)\s+)?"
 _UNTIL_DATE = re.compile(
-    rf"\b(?P<kind>{_UNTIL})\s+(?:the\s+)?(?:(?:end|start|beginning)\s+of\s+)?"
+    rf"\b(?P<kind>{_UNTIL})\s+{_EVENT}(?:the\s+)?(?:(?:end|start|beginning)\s+of\s+)?"
     rf"(?:(?P<day1>\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?(?P<month1>{_MONTH})\b"
     rf"|(?P<month2>{_MONTH})\b\.?(?:\s+(?P<day2>\d{{1,2}})(?:st|nd|rd|th)?\b)?)"
     r"(?:,?\s+(?P<year>\d{4}))?",
+    re.IGNORECASE,
+)
+_UNTIL_DAY = re.compile(
+    rf"\b{_UNTIL}\s+{_EVENT}the\s+(?P<day>\d{{1,2}})(?:st|nd|rd|th)\b(?!\s+(?:of\s+)?(?:{_MONTH})\b)",
     re.IGNORECASE,
 )
 _UNTIL_WEEKDAY = re.compile(rf"\b{_UNTIL}\s+(?:next\s+)?(?P<day>{_DAY})\b", re.IGNORECASE)
@@ -172,6 +178,17 @@ def valid_until(text: str, at: datetime) -> datetime | None:
         end = _from_date(match, at)
         if end is not None:
             candidates.append(end)
+    for match in _UNTIL_DAY.finditer(text):  # "until payday on the 28th": this month's, or next
+        day = int(match.group("day"))
+        month_start = _month_start(at.year, at.month, at)
+        for start in (month_start, _next_month_start(month_start)):
+            try:
+                end = start.replace(day=day) + timedelta(days=1)
+            except ValueError:
+                continue
+            if end > at:
+                candidates.append(end)
+                break
     for match in _UNTIL_WEEKDAY.finditer(text):
         ahead = (_DAYS[match.group("day").casefold()] - at.weekday()) % 7 or 7
         candidates.append(_midnight(at) + timedelta(days=ahead + 1))

@@ -320,3 +320,32 @@ def test_a_change_arriving_before_what_it_changed_still_wins(store: JsonlMemoryS
     assert "kept as past" in early.reason
     now = datetime.now(UTC)
     assert [r.content for r in store.list("ada", "persona") if r.holds_at(now)] == [later]
+
+
+def test_a_bounded_statement_sets_the_standing_one_aside_until_it_ends(
+    store: JsonlMemoryStore,
+) -> None:
+    updater = MemoryUpdater(store)
+    standing = updater.update(
+        "ada", "persona", PersonaMemory(topic="phone number", preference="+1 415 555 0199"), at=T0
+    )
+    said = T0 + 10 * DAY
+    temporary = updater.update(
+        "ada",
+        "persona",
+        PersonaMemory(topic="phone number", preference="temp UK number 07700 900123"),
+        at=said,
+        valid_until=said + 20 * DAY,
+    )
+    assert temporary.operation == "add"
+    assert "beside memory" in temporary.reason
+    retriever = MemoryRetriever(store)
+    search = [SearchRequest(layer="persona", query="phone number")]
+
+    def values(when: datetime) -> set[str]:
+        found = retriever.retrieve("ada", search, as_of=when).persona
+        return {m.record.content.preference for m in found}
+
+    assert values(said + DAY) == {"+1 415 555 0199", "temp UK number 07700 900123"}
+    assert values(said + 30 * DAY) == {"+1 415 555 0199"}
+    assert store.get("ada", "persona", standing.record.id) == standing.record

@@ -45,6 +45,12 @@ DAY = timedelta(days=1)
         ("until the end of the month", datetime(2025, 2, 1, tzinfo=UTC)),
         ("just for today", datetime(2025, 1, 9, tzinfo=UTC)),
         ("until January, said in January", datetime(2025, 2, 1, tzinfo=UTC)),
+        (
+            "lead walks only until his stitches come out on the 28th of January",
+            datetime(2025, 1, 29, tzinfo=UTC),
+        ),
+        ("no spending until payday on the 28th", datetime(2025, 1, 29, tzinfo=UTC)),
+        ("no spending until payday on the 3rd", datetime(2025, 2, 4, tzinfo=UTC)),
     ],
 )
 def test_time_bounded_statements_end_when_they_say(text: str, end: datetime) -> None:
@@ -102,6 +108,18 @@ def test_first_person_statements_become_memories(
 )
 def test_requests_events_and_secrets_state_nothing(sentence: str) -> None:
     assert statement(sentence) is None
+
+
+def test_a_sentence_bounded_in_time_states_a_situation() -> None:
+    record = RawTaskRecord(
+        user_id="ada",
+        query="The kids are at their grandparents' this week, so no school run reminders. "
+        "Can you remind me on Monday?",
+        at=WEDNESDAY,
+    )
+    (found,) = RuleExtractor().extract(record)
+    assert found.content.topic == "kids"
+    assert found.valid_until == datetime(2025, 1, 13, tzinfo=UTC)
 
 
 def test_listed_items_come_first_and_are_not_read_twice() -> None:
