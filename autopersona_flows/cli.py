@@ -18,8 +18,10 @@ from autopersona_flows.agent.evaluation import (
     cases_kind,
     evaluate_clarification_policy,
     evaluate_judgement,
+    evaluate_timeline,
     read_clarification_cases,
     read_judgement_cases,
+    read_timeline_cases,
     seed_memories,
 )
 from autopersona_flows.errors import (
@@ -187,7 +189,8 @@ def _cmd_verify(args: argparse.Namespace) -> None:
 
 
 def _cmd_eval(args: argparse.Namespace) -> None:
-    if cases_kind(args.cases) == "judgement":
+    kind = cases_kind(args.cases)
+    if kind in ("judgement", "timeline"):
         given = [
             flag
             for flag, value in (("--store", args.store), ("--seed", args.seed))
@@ -195,10 +198,10 @@ def _cmd_eval(args: argparse.Namespace) -> None:
         ]
         if given:
             raise EvaluationError(
-                f"{args.cases} is a judgement benchmark, whose cases bring their own memories: "
+                f"{args.cases} is a {kind} benchmark, whose cases bring their own memories: "
                 f"{' and '.join(given)} apply to clarification sets only"
             )
-        _eval_judgement(args)
+        (_eval_judgement if kind == "judgement" else _eval_timeline)(args)
         return
     if args.store is None:
         raise EvaluationError(
@@ -269,6 +272,47 @@ def _eval_judgement(args: argparse.Namespace) -> None:
         print(f"{len(wrong)} cases not right: {', '.join(wrong)}")
 
 
+_TIMELINE_COLUMNS = (
+    ("cases", "cases"),
+    ("checks", "checks"),
+    ("new_first", "new first"),
+    ("stale", "stale first"),
+    ("stale_live", "stale live"),
+    ("expired", "expired"),
+)
+
+
+def _eval_timeline(args: argparse.Namespace) -> None:
+    from rich.console import Console  # noqa: PLC0415 - only this command draws a table
+    from rich.table import Table  # noqa: PLC0415
+
+    cases = read_timeline_cases(args.cases)
+    embedder = get_embedder(args.embedder)
+    report = evaluate_timeline(cases, embedder=embedder)
+    if args.json:
+        print(_json.dumps(report.model_dump(mode="json")).decode())
+        return
+    table = Table(title=f"memory over time: {args.cases} ({embedder.name})")
+    table.add_column("category")
+    for _, title in _TIMELINE_COLUMNS:
+        table.add_column(title, justify="right")
+    rows = [*report.categories.items(), ("all", report.overall)]
+    for name, scores in rows:
+        cells = [getattr(scores, field) for field, _ in _TIMELINE_COLUMNS]
+        table.add_row(
+            name,
+            *(
+                "-" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
+                for value in cells
+            ),
+            end_section=name == rows[-2][0],
+        )
+    Console(width=120).print(table)
+    print(f"ingested {report.messages_per_second:.0f} messages/s")
+    if report.failures:
+        print(f"{len(report.failures)} checks not right: {'; '.join(report.failures)}")
+
+
 _EMBEDDER_HELP = "hashing (default), minilm, or package.module:attr"
 _STORE_HELP = "jsonl:FOLDER (or a folder) or postgresql://user:password@host:port/db"
 
@@ -335,7 +379,8 @@ def _parser() -> argparse.ArgumentParser:
     evaluate = commands.add_parser(
         "eval",
         help="run the default agent on a judgement benchmark (a table per category) or a "
-        "clarification set (a JSON report)",
+        "clarification set (a JSON report), or the default memory on a memory-over-time "
+        "benchmark (a table per category)",
     )
     evaluate.add_argument(
         "cases", help="one JudgementCase (or ClarificationCase) JSON object a line"

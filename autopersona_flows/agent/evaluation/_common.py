@@ -43,8 +43,11 @@ def lines(path: str | Path) -> Iterator[tuple[int, bytes]]:
             yield number, line
 
 
-def cases_kind(path: str | Path) -> Literal["judgement", "clarification"]:
-    """Which evaluation a cases file is for: a clarification set's cases have no ``expect``.
+def cases_kind(path: str | Path) -> Literal["judgement", "clarification", "timeline"]:
+    """Which evaluation a cases file is for.
+
+    A memory-over-time case has ``sessions``; a clarification set's cases have no
+    ``expect``; the rest are judgement cases.
 
     Only the first case is looked at; whichever reader then runs checks every line.
 
@@ -56,6 +59,8 @@ def cases_kind(path: str | Path) -> Literal["judgement", "clarification"]:
             first = _json.loads(line)
         except _json.JSONDecodeError:
             return "judgement"  # its reader reports the line
+        if isinstance(first, dict) and "sessions" in first:
+            return "timeline"
         return "clarification" if isinstance(first, dict) and "expect" not in first else "judgement"
     return "judgement"
 
