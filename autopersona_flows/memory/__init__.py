@@ -4,6 +4,7 @@ This package never imports Prefect, so ``import autopersona_flows.memory`` stays
 """
 
 from autopersona_flows.memory.chatlog import ChatMessage, chat_sessions
+from autopersona_flows.memory.consolidation import promote_choices
 from autopersona_flows.memory.embedders import (
     Embedder,
     FunctionEmbedder,
@@ -133,6 +134,7 @@ __all__ = [
     "maintain_user",
     "new_memory_id",
     "open_store",
+    "promote_choices",
     "query_to_persona_request",
     "read_snapshot",
     "read_task_records",
