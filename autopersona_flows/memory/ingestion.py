@@ -83,7 +83,9 @@ def ingest_task_history(
     """Store one completed task: its trajectory as is, the rest through the updater.
 
     Every memory is stated at the task's time (`RawTaskRecord.at`), so tasks may
-    be ingested in any order: a later one still wins over an earlier one.
+    be ingested in any order: a later one still wins over an earlier one; and a
+    task with a time that is already stored (a history ingested again) adds no
+    second trajectory.
 
     Args:
         store: The store to write to; must be the updater's store.
@@ -102,8 +104,7 @@ def ingest_task_history(
         raise ValueError("the updater writes to another store than the one given")
     persona = _extracted(extractor or RuleExtractor(), record)
     user, at = record.user_id, record.at
-    trajectory = updater.add(user, refine_trajectory(record), at=at)
-    operations = [UpdateDecision(operation="add", reason="task trajectory", record=trajectory)]
+    operations = [_trajectory(updater, record)]
     workspace = refine_workspace(record)
     if workspace is not None:
         operations.append(updater.update(user, "workspace", workspace, at=at))
@@ -112,6 +113,29 @@ def ingest_task_history(
         for item in persona
     ]
     return IngestionResult(user_id=record.user_id, operations=operations)
+
+
+def _trajectory(updater: MemoryUpdater, record: RawTaskRecord) -> UpdateDecision:
+    """Add the task's trajectory, unless this very task (same content, same time) is stored.
+
+    Ingesting a history twice then adds nothing the second time, while the same
+    request made on another day stays a task of its own.
+    """
+    content = refine_trajectory(record)
+    if record.at is not None:
+        with updater.store.locked(record.user_id, "trajectory"):
+            for same in updater.retriever.find_all(record.user_id, "trajectory", content):
+                if same.at == record.at:
+                    return UpdateDecision(
+                        operation="noop",
+                        target_id=same.id,
+                        reason="task already stored",
+                        record=same,
+                    )
+            stored = updater.add(record.user_id, content, at=record.at)
+    else:
+        stored = updater.add(record.user_id, content)
+    return UpdateDecision(operation="add", reason="task trajectory", record=stored)
 
 
 def _extracted(extractor: Extractor, record: RawTaskRecord) -> list[ExtractedMemory]:

@@ -359,8 +359,15 @@ class MemoryRetriever:
         self, user_id: str, layer: MemoryLayer, content: LayerContent
     ) -> MemoryRecord | None:
         """Return the user's oldest current memory in ``layer`` equal to ``content``, if any."""
+        return next(iter(_current(self.find_all(user_id, layer, content))), None)
+
+    def find_all(
+        self, user_id: str, layer: MemoryLayer, content: LayerContent
+    ) -> list[MemoryRecord]:
+        """The user's memories in ``layer`` equal to ``content``, expired ones too, oldest first."""
+        check_user_id(user_id)
         with self._index(user_id, layer) as index:
-            return next(iter(_current(index.find(content))), None)
+            return index.find(content)
 
     @staticmethod
     def _top(

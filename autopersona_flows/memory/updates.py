@@ -39,6 +39,7 @@ from autopersona_flows.memory.records import (
     MemoryLayer,
     MemoryRecord,
     PersonaMemory,
+    WorkspaceMemory,
     as_content,
 )
 from autopersona_flows.memory.retrieval import (
@@ -132,6 +133,8 @@ class HeuristicResolver:
       similar one it may replace in other words (`replaces`), and one that such
       a memory may have replaced updates it (what was said later then wins, by
       the updater's guard on time).
+    - A workspace memory of the same task as a stored one is its newer state: it
+      updates that one.
     - Otherwise a candidate scoring at least ``duplicate_threshold`` makes it a
       noop (a near duplicate).
     - Otherwise the content is added.
@@ -152,11 +155,21 @@ class HeuristicResolver:
     def __call__(
         self, layer: MemoryLayer, new_content: LayerContent, candidates: list[ScoredMemory]
     ) -> UpdateDecision:
-        """Decide by slot for persona memories, by score for everything."""
+        """Decide by slot for persona memories, by task for workspace, by score for all."""
         if isinstance(new_content, PersonaMemory):
             decision = self._persona(new_content, candidates)
             if decision is not None:
                 return decision
+        if isinstance(new_content, WorkspaceMemory) and new_content.task is not None:
+            for candidate in candidates:
+                old = candidate.record.content
+                if isinstance(old, WorkspaceMemory) and old.task == new_content.task:
+                    return UpdateDecision(
+                        operation="update",
+                        target_id=candidate.record.id,
+                        content=new_content,
+                        reason="a newer state of the same task",
+                    )
         if candidates and candidates[0].score >= self.duplicate_threshold:
             return UpdateDecision(
                 operation="noop",

@@ -349,3 +349,55 @@ def test_a_bounded_statement_sets_the_standing_one_aside_until_it_ends(
     assert values(said + DAY) == {"+1 415 555 0199", "temp UK number 07700 900123"}
     assert values(said + 30 * DAY) == {"+1 415 555 0199"}
     assert store.get("ada", "persona", standing.record.id) == standing.record
+
+
+def test_records_and_history_written_before_event_time_read_and_write_back_unchanged() -> None:
+    from autopersona_flows.memory import MemoryChange
+
+    # Lines as the release before event time wrote them.
+    record = (
+        '{"id":"01JH5Z0Q3B8M1V6W9X2Y4Z7A0C","layer":"persona","content":{"topic":"tone",'
+        '"preference":"terse","strategy":""},"created_at":"2025-01-06T09:00:00Z",'
+        '"updated_at":"2025-01-07T10:30:00Z","embedding":null}'
+    )
+    change = (
+        '{"operation":"delete","at":"2025-01-08T00:00:00Z","before":' + record + ',"after":null}'
+    )
+    assert MemoryRecord.model_validate_json(record).model_dump_json() == record
+    assert MemoryChange.model_validate_json(change).model_dump_json() == change
+    old = MemoryRecord.model_validate_json(record)
+    assert (old.stated_at, old.valid_until) == (None, None)
+    assert old.at == old.updated_at
+
+
+def test_a_history_ingested_twice_adds_nothing_the_second_time(store: JsonlMemoryStore) -> None:
+    updater = MemoryUpdater(store)
+    tasks = [
+        RawTaskRecord(
+            user_id="ada",
+            query="book a flight to Rome",
+            at=T0 + i * DAY,
+            persona=[PersonaMemory(topic="seat", preference="aisle")],
+        )
+        for i in range(2)  # the same request on two days: two tasks
+    ]
+    first = [ingest_task_history(store, updater, task).counts() for task in tasks]
+    assert first == [
+        {"trajectory:add": 1, "persona:add": 1},
+        {"trajectory:add": 1, "persona:noop": 1},
+    ]
+    again = [ingest_task_history(store, updater, task).counts() for task in tasks]
+    assert again == [{"trajectory:noop": 1, "persona:noop": 1}] * 2
+    assert len(store.list("ada", "trajectory")) == 2
+
+
+def test_a_newer_state_of_a_task_updates_it(store: JsonlMemoryStore) -> None:
+    updater = MemoryUpdater(store)
+    task = {"site": "opentable", "id": 17}
+    first = updater.update("ada", "workspace", WorkspaceMemory(task=task, state={"step": 1}))
+    later = updater.update("ada", "workspace", WorkspaceMemory(task=task, state={"step": 2}))
+    assert later.operation == "update"
+    assert later.target_id == first.record.id
+    assert [r.content.state for r in store.list("ada", "workspace")] == [{"step": 2}]
+    other = updater.update("ada", "workspace", WorkspaceMemory(task={"id": 18}, state={"step": 2}))
+    assert other.operation == "add"
