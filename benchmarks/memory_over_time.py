@@ -59,7 +59,7 @@ def timeline_table() -> None:
     cases = read_timeline_cases(CASES)
     progress(f"{len(cases)} histories from {CASES.relative_to(ROOT)}")
     plain = evaluate_timeline(cases)
-    recent = evaluate_timeline(cases, recency_half_life=30.0)
+    recent = evaluate_timeline(cases, recency_half_life=timedelta(days=30))
     print("memory over time        plain retrieval                 recency weighed (30 days)")
     header = f"{'new first':>9} {'stale':>6} {'live':>6} {'expired':>8}"
     print(f"{'category':<10} {'checks':>6} {header}   {header}")

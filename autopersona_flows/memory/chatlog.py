@@ -5,7 +5,8 @@ optionally ``session``). `chat_sessions` cuts it into sessions, at a change of
 ``session`` or at a silence longer than ``gap``, and turns each into a
 `RawTaskRecord` stated at its first message, so a whole history is ingested in
 one loop over `ingest_task_history` and each preference keeps the time it was
-said. The person's messages are the ones `RuleExtractor` reads statements from.
+said. The person's messages are the ones `RuleExtractor` reads statements from;
+what the assistant said is kept in the trace, never read as the person's.
 """
 
 from __future__ import annotations
@@ -49,11 +50,12 @@ def chat_sessions(
 ) -> list[RawTaskRecord]:
     """Cut a conversation history into sessions, one `RawTaskRecord` each.
 
-    Messages are put in time order first (a stable sort: ties keep their order).
-    A session's ``query`` is its first message from the person (or its first
-    message, if the person said nothing), its ``trace`` every message as
-    ``{"role", "text", "at"}``, its ``outcome`` the last message from anyone else,
-    and its ``at`` the time of its first message.
+    Messages of each ``session`` (all of them, if the log names none) are put in
+    time order (a stable sort: ties keep their order) and cut at silences. A
+    session's ``query`` is its first message from the person, its ``trace`` every
+    message as ``{"role", "text", "at"}``, its ``outcome`` the last message from
+    anyone else, and its ``at`` the time of its first message. A session in which
+    the person said nothing is left out: there is nothing of theirs to learn.
 
     Args:
         user_id: Whose conversation it is.
@@ -67,14 +69,20 @@ def chat_sessions(
     if not isinstance(gap, timedelta) or gap <= timedelta(0):
         raise IngestionError(f"gap must be a positive timedelta, got {gap!r}")
     parsed = [_message(raw, index) for index, raw in enumerate(messages)]
-    parsed.sort(key=lambda message: message.at)
+    by_session: dict[str | None, list[ChatMessage]] = {}
+    for message in parsed:  # interleaved conversations stay apart
+        by_session.setdefault(message.session, []).append(message)
     sessions: list[list[ChatMessage]] = []
-    for message in parsed:
-        last = sessions[-1][-1] if sessions else None
-        if last is None or message.session != last.session or message.at - last.at > gap:
-            sessions.append([message])
-        else:
-            sessions[-1].append(message)
+    for conversation in by_session.values():
+        conversation.sort(key=lambda message: message.at)
+        start = len(sessions)
+        for message in conversation:
+            last = sessions[-1][-1] if len(sessions) > start else None
+            if last is None or message.at - last.at > gap:
+                sessions.append([message])
+            else:
+                sessions[-1].append(message)
+    sessions.sort(key=lambda session: session[0].at)
     return [_task(user_id, session) for session in sessions if _said(session)]
 
 
@@ -94,7 +102,8 @@ def _message(raw: ChatMessage | Mapping[str, Any], index: int) -> ChatMessage:
 
 
 def _said(session: list[ChatMessage]) -> bool:
-    return any(message.text.strip() for message in session)
+    """Whether the person said anything: a session of the assistant alone is no task."""
+    return any(message.role == "user" and message.text.strip() for message in session)
 
 
 def _task(user_id: str, session: list[ChatMessage]) -> RawTaskRecord:
@@ -104,7 +113,7 @@ def _task(user_id: str, session: list[ChatMessage]) -> RawTaskRecord:
     try:
         return RawTaskRecord(
             user_id=user_id,
-            query=(theirs or spoken)[0].text,
+            query=theirs[0].text,
             trace=[{"role": m.role, "text": m.text, "at": m.at.isoformat()} for m in session],
             outcome=others[-1].text if others else None,
             at=session[0].at,

@@ -9,9 +9,9 @@ habit updates its slot), with the trajectories they came from as
 A choice is what follows a choice verb ("chose", "picked", "booked", "went
 with", ...) in the text of a task's trace, outcome or insight (structured steps
 are left out), up to the end of its clause, without the words of the task's own
-request. It is promoted when it recurs in at
-least ``min_repeats`` tasks of one kind: tasks whose requests share a word
-("flight" in "book a flight to Rome" and "flights to Oslo, please").
+request. It is promoted when it recurs in at least ``min_repeats`` tasks of one
+kind: tasks whose requests are for the same thing, by their head ("flight" of
+"book a flight to Rome" and of "flights to Oslo, please"; not "book a table").
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from autopersona_flows.memory.phrases import content_roots, words
+from autopersona_flows.memory.phrases import content_roots, phrase, words
 from autopersona_flows.memory.records import MemoryRecord, PersonaMemory, TrajectoryMemory
 from autopersona_flows.memory.updates import MemoryUpdater, UpdateDecision, embed_records
 from autopersona_flows.memory.users import check_user_id
@@ -30,8 +30,8 @@ __all__ = ["promote_choices"]
 
 _CHOICE = re.compile(
     r"\b(?:chose|chosen|choose|picked|pick|selected|select|booked|ordered|went with|"
-    r"opted for|bought|preferred|asked for|requested|took|filtered|settled on|"
-    r"stuck with|switched to|used)\b:?\s*(?P<object>[^.;!?\n]+)",
+    r"opted for|bought|preferred|asked for|filtered|settled on|stuck with|"
+    r"switched to)\b:?\s*(?P<object>[^.;!?\n]+)",
     re.IGNORECASE,
 )
 _OBJECT_END = re.compile(
@@ -43,7 +43,7 @@ _OBJECT_END = re.compile(
 @dataclass(frozen=True)
 class _Task:
     record: MemoryRecord
-    kind: frozenset[str]  # content roots of the request
+    kind: str | None  # what the request is for: its head ("flight" of "book a flight")
     choices: tuple[str, ...]  # the chosen objects, as written, in order
     chosen: frozenset[str]  # their content roots, the request's left out
     surface: dict[str, str]  # root -> the word as written, the latest choice first
@@ -53,7 +53,7 @@ def _task(record: MemoryRecord) -> _Task | None:
     content = record.content
     if not isinstance(content, TrajectoryMemory):
         return None
-    kind = content_roots(content.query)
+    kind = phrase(content.query).head
     # Text only: in structured steps ({"booked": true, "time": "20:00"}) keys and
     # values cannot be told from choices.
     told = " . ".join(
@@ -71,8 +71,8 @@ def _task(record: MemoryRecord) -> _Task | None:
         for word in words(choice):
             for found in content_roots(word):
                 surface.setdefault(found, word)
-    chosen = frozenset(surface) - kind
-    return _Task(record, kind, choices, chosen, surface) if chosen else None
+    chosen = frozenset(surface) - content_roots(content.query)
+    return _Task(record, kind, choices, chosen, surface) if chosen and kind else None
 
 
 def check_min_repeats(value: object) -> int:
@@ -119,7 +119,7 @@ def promote_choices(
 @dataclass
 class _Group:
     tasks: list[_Task]  # oldest first
-    kind: str  # the request root they share
+    kind: str  # the head of their requests
     values: set[str] = field(default_factory=set)  # roots of the choice
     attributes: set[str] = field(default_factory=set)  # roots shared with other choices
 
@@ -139,11 +139,10 @@ def _groups(tasks: list[_Task], min_repeats: int) -> list[_Group]:
     repeated = []
     for chosen in {root for task in tasks for root in task.chosen}:
         holding = [task for task in tasks if chosen in task.chosen]
-        kinds = Counter(root for task in holding for root in task.kind)
-        for kind, count in sorted(kinds.items(), key=lambda item: (-item[1], item[0])):
-            if count < min_repeats:
-                break
-            repeated.append((chosen, kind, [t for t in holding if kind in t.kind]))
+        kinds = Counter(task.kind for task in holding)
+        for kind, count in sorted(kinds.items(), key=lambda item: (-item[1], str(item[0]))):
+            if count >= min_repeats and kind is not None:
+                repeated.append((chosen, kind, [t for t in holding if t.kind == kind]))
             break
     groups: list[_Group] = []
     for chosen, kind, among in sorted(repeated, key=lambda item: (len(item[2]), item[0])):
@@ -168,13 +167,13 @@ def _promote(updater: MemoryUpdater, user_id: str, group: _Group) -> UpdateDecis
         for root, word in task.surface.items():
             said.setdefault(root, word)
     query = latest.record.content.query  # type: ignore[union-attr]
-    subject = next(w for w in words(query) if group.kind in content_roots(w))
+    subject = next((w for w in words(query) if group.kind in content_roots(w)), group.kind)
     topic = " ".join([subject, *(said[root] for root in sorted(group.attributes))])
     memory = PersonaMemory(
         topic=topic,
         preference=" ".join(said[root] for root in said if root in group.values),
         strategy=f"chosen in {len(group.tasks)} past {subject} tasks; "
-        f"the latest: {latest.choices[-1]}",
+        f"the latest: {_latest_choice(latest, group.values)}",
         sources=sorted(group.ids),
     )
     consolidated = [
@@ -215,3 +214,11 @@ def _promote(updater: MemoryUpdater, user_id: str, group: _Group) -> UpdateDecis
     return UpdateDecision(
         operation="update", target_id=target.id, content=memory, reason=reason, record=record
     )
+
+
+def _latest_choice(task: _Task, values: set[str]) -> str:
+    """The latest of a task's choices holding the promoted words."""
+    for choice in reversed(task.choices):
+        if values & {found for word in words(choice) for found in content_roots(word)}:
+            return choice
+    return task.choices[-1]

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict
 
 from autopersona_flows.memory.phrases import phrase
 from autopersona_flows.memory.records import PersonaMemory, RawTaskRecord, UtcDatetime
+from autopersona_flows.memory.slots import same_slot
 from autopersona_flows.memory.text import normalise
 from autopersona_flows.memory.validity import valid_until
 
@@ -61,7 +62,8 @@ class Extractor(Protocol):
 
 
 _SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+")
-_I = r"\b(?:i|i'm|i am|i've|i have|i'd|we|we're|we are|we've)\b"
+# "I'd like..." asks for something now; it states no preference.
+_I = r"\b(?:i|i'm|i am|i've|i have|we|we're|we are|we've)\b"
 _ADVERBS = (
     r"(?:\s+(?:really|usually|always|generally|now|still|also|actually|definitely|mostly|"
     r"just|finally|completely|totally|officially))*"
@@ -73,8 +75,8 @@ _VERB = (
     r"stopped|quit|gave up|given up|switched to|moved to|gone back to|went back to|"
     r"allergic to|intolerant to|vegan|vegetarian|pescatarian|use|go for|stick to|tend to|"
     r"using|liking|loving|hating|preferring|sticking to|going for|cancelled|canceled|"
-    r"ditched|dropped|sold|moved|changed|started|done with|off(?!\s+to\b)|on|in(?!\s+the mood)|"
-    r"based in|living in|live in|doing)"
+    r"ditched|dropped|sold|moved|changed|started|done with|off(?!\s+to\b)|"
+    r"in(?=\s+(?-i:[A-Z]))|based in|living in|live in)"
 )
 _STATEMENT = re.compile(
     rf"{_I}(?:\s+(?:am|'m|are|'re|have|'ve))?{_ADVERBS}\s+{_VERB}(?:s|d|ed|ing)?\b"
@@ -88,13 +90,15 @@ _CONDITION = re.compile(
 )
 # "Always use my Monzo account", "Sold the car!": the person is implied.
 _IMPLIED = re.compile(
-    r"^(?:please\s+|and\s+)?(?P<verb>always|never|from now on|sold|cancelled|canceled|quit|"
-    r"ditched|stopped|dropped|gave up)\b(?P<rest>[^.!?;]*)",
+    r"^(?:please\s+|and\s+)?(?P<verb>always|never(?!\s+mind)|from now on|sold|cancelled|"
+    r"canceled|quit|ditched|stopped|dropped|gave up)\b(?P<rest>[^.!?;]*)",
     re.IGNORECASE,
 )
 _MY = re.compile(
-    r"\b(?P<owner>(?i:my|our)|[A-Z][a-z]+'s)\s+(?P<topic>(?i:[a-z][\w' -]{1,40}?))\s+"
-    r"(?i:is|are|has changed to|changed to|is now|are now)\s+(?P<value>[^.!?;]+)",
+    r"\b(?P<owner>(?i:my|our)|(?!(?:It|Here|That|There|What|Who|He|She|Let|This)'s)"
+    r"[A-Z][a-z]+'s)\s+(?P<topic>(?i:[a-z][\w' -]{1,40}?))\s+"
+    r"(?i:is|are|has changed to|changed to|is now|are now)\s+"
+    r"(?P<value>.+?)(?=[.!?;](?:\s|$)|$)",
 )
 # Secrets are never remembered from free text, whatever else the person says.
 _SECRET = re.compile(
@@ -171,8 +175,11 @@ class RuleExtractor:
                     continue
                 if any(normalise(memory.preference) in k for k in known):
                     continue  # a listed item says it already, and more
+                if any(same_slot(memory.topic, item.topic) for item in record.persona):
+                    continue  # what the task lists of that slot is what holds
                 known.add(normalise(memory.preference))
-                found.append(ExtractedMemory(content=memory, valid_until=valid_until(sentence, at)))
+                until = valid_until(_clause_of(memory.preference, sentence), at)
+                found.append(ExtractedMemory(content=memory, valid_until=until))
         return found
 
 
@@ -218,6 +225,24 @@ def bounded(sentence: str, at: datetime) -> PersonaMemory | None:
         return None
     topic = _object_topic(sentence)
     return None if topic is None else PersonaMemory(topic=topic, preference=sentence.rstrip(".!; "))
+
+
+def _clause_of(preference: str, sentence: str) -> str:
+    """The part of ``sentence`` a memory came from: its clause, not the whole sentence.
+
+    "I prefer window seats, I'm flying to Rome this week": the preference is not
+    bounded by the trip's week.
+    """
+    start = sentence.find(preference)
+    if start < 0 or preference == sentence.rstrip(".!?; "):
+        for clause in _CLAUSE.split(sentence):
+            if _STATEMENT.search(clause) or _MY.search(clause) or _IMPLIED.search(clause.strip()):
+                return clause
+        return sentence
+    return preference
+
+
+_CLAUSE = re.compile(r",\s+(?=(?:i|i'm|we|we're|my|our|and i|but i|so i)\b)", re.IGNORECASE)
 
 
 # Where the object of a statement ends: a time, a reason, a condition.

@@ -14,6 +14,7 @@ for the LLM judge: the same retries, ``json_object`` fallback and errors.
 from __future__ import annotations
 
 import logging
+import re
 from datetime import UTC, datetime
 from typing import Any, Self
 
@@ -29,6 +30,7 @@ from autopersona_flows._chat import (
 )
 from autopersona_flows.errors import ExtractionError
 from autopersona_flows.memory.extraction import ExtractedMemory, names_secret, person_texts
+from autopersona_flows.memory.phrases import content_roots, root, words
 from autopersona_flows.memory.records import PersonaMemory, RawTaskRecord
 from autopersona_flows.memory.text import normalise
 from autopersona_flows.memory.validity import valid_until
@@ -220,7 +222,9 @@ class OpenAICompatibleExtractor:
             {"role": "user", "content": _json.dumps(task).decode()},
         ]
         known = {normalise(item.preference) for item in record.persona}
-        read = self._chat.ask(messages, _SCHEMA, lambda content: _checked(content, texts, at))
+        read = self._chat.ask(
+            messages, _SCHEMA, lambda content: _checked(content, texts, at, frozenset(known))
+        )
         for memory in read:
             preference = normalise(memory.content.preference)
             if preference not in known:  # a listed item, or the same one read twice
@@ -229,21 +233,34 @@ class OpenAICompatibleExtractor:
         return listed
 
 
-def _checked(content: str, texts: list[str], at: datetime) -> list[ExtractedMemory]:
-    """Validate the model's answer against the schema and against what the person wrote."""
+def _checked(
+    content: str, texts: list[str], at: datetime, listed: frozenset[str]
+) -> list[ExtractedMemory]:
+    """Validate the model's answer against the schema and against what the person wrote.
+
+    A memory repeating a listed item (``listed``: their normalised preferences) is
+    left out unchecked: the listed one is kept as given.
+    """
     answer = validated_json(_ModelAnswer, content, "memories")
     written = [normalise(text) for text in texts]
     found: list[ExtractedMemory] = []
     for i, given in enumerate(answer.memories):
         topic, preference = given.topic.strip(), given.preference.strip()
+        if normalise(preference) in listed:
+            continue
         if not topic or not preference:
             blank = "topic" if not topic else "preference"
             raise InvalidOutputError(f"memories[{i}].{blank} is blank; give it or leave it out")
         quote = _squashed(given.quote)
-        if not quote or not any(quote in text for text in written):
+        if not quote or not any(_quotes(quote, text) for text in written):
             raise InvalidOutputError(
                 f"memories[{i}].quote {given.quote!r} is not in what the person wrote; copy "
                 "their words exactly, or leave the memory out"
+            )
+        if not _terms(given.preference) & _terms(given.quote):
+            raise InvalidOutputError(
+                f"memories[{i}].preference {given.preference!r} says nothing of its quote "
+                f"{given.quote!r}; quote the words the preference comes from"
             )
         if any(names_secret(text) for text in (topic, preference, given.quote)):
             continue  # never remembered, however the model was told
@@ -258,6 +275,17 @@ def _checked(content: str, texts: list[str], at: datetime) -> list[ExtractedMemo
             until = _until(given.until, i, at)
         found.append(ExtractedMemory(content=memory, valid_until=until))
     return found
+
+
+def _terms(text: str) -> set[str]:
+    return {root(word) for word in words(text) if word.isdigit() or content_roots(word)}
+
+
+def _quotes(quote: str, text: str) -> bool:
+    """Whether ``quote`` is words of ``text``: whole words, at least one that means something."""
+    if not content_roots(quote):
+        return False
+    return re.search(rf"(?<!\w){re.escape(quote)}(?!\w)", text) is not None
 
 
 def _until(given: str, index: int, at: datetime) -> datetime:

@@ -27,6 +27,7 @@ from functools import lru_cache
 from autopersona_flows.memory.text import stem
 
 __all__ = [
+    "CESSATION",
     "KIN_WORDS",
     "QUALIFIER_ROOTS",
     "Clause",
@@ -102,9 +103,10 @@ _PREFERENCE_CUES = _set(
 )
 
 # "No longer", "stopped", "quit": what follows is not true any more.
-_CESSATION = re.compile(
+CESSATION = re.compile(
     r"\b(?:no longer|not any ?more|any ?more|no more|stopped|quit|quitting|gave up|given up"
-    r"|cut out|cut \w+ out|dropped|done with|used to|formerly|previously|deleted|cancell?ed"
+    r"|cut out|cut \w+ out|dropped|done with|(?<!\bbe )(?<!\bget )(?<!'m )(?<!am )(?<!got )used to"
+    r"|formerly|previously|deleted|cancell?ed"
     r"|uninstalled|ditched|sold|moved away"
     r"|not going back|is gone|are gone|not using)\b"
 )
@@ -474,7 +476,7 @@ def clauses(text: str) -> tuple[Clause, ...]:
                 joined=frozenset(roots) | pairs,
                 negated=tuple(i for i, word in enumerate(tokens) if word in _NEGATIONS),
                 preferring=any(word in _PREFERENCE_CUES for word in tokens),
-                ceasing=bool(_CESSATION.search(lowered)),
+                ceasing=bool(CESSATION.search(lowered)),
                 changing=bool(_CHANGE.search(lowered)),
             )
         )

@@ -1,12 +1,15 @@
 """Slots: what a persona memory is about, so that a reworded topic updates it.
 
 People name the same attribute in different words from one day to the next
-("seat preference", "flight seat"), and different attributes of one thing in
-words that overlap ("hotel budget", "hotel location"). Two topics name the same
-*slot* when they name the same attribute (the head of the noun phrase, or a weak
-head's modifiers, see `Phrase`; kin heads such as "budget" and "price" count as
-one) of the same thing: the other modifiers of one are among those of the other,
-so "seat" and "flight seat" meet while "hotel budget" and "flight budget" do not.
+("hotel budget", "budget for hotels", "hotel price"), and different attributes of
+one thing in words that overlap ("hotel budget", "hotel location"). Two topics
+name the same *slot* when they name the same attribute (the head of the noun
+phrase, or a weak head's modifiers, see `Phrase`; kin heads such as "budget" and
+"price" count as one) of the same thing: the same other words, whatever their
+order, words that only say "a preference" ("seat preference") left out. Any other
+word tells two slots apart: "budget" and "daily budget", "email" and "work
+email", "name" and "dog's name" are different slots, for a missed merge leaves an
+old value to the judge's "newest wins", while a false one loses a current one.
 
 A slot usually holds one value, the latest; a person who says "also" or "as well"
 adds one. A statement that something stopped ("I quit coffee") ends what it names
@@ -19,20 +22,46 @@ import re
 from functools import lru_cache
 
 from autopersona_flows.memory.phrases import (
+    CESSATION,
     QUALIFIER_ROOTS,
     clauses,
     content_roots,
     kin,
     phrase,
+    root,
     value_kinds,
+    words,
 )
 from autopersona_flows.memory.text import normalise
 
 __all__ = ["adds_value", "announces_change", "ends", "replaces", "same_slot"]
 
+# "Also", "as well", "too" at a clause's end ("shellfish too"), not "too noisy".
 _ADDING = re.compile(
-    r"\b(?:also|too|as well|another|in addition|additionally|besides|on top of)\b", re.IGNORECASE
+    r"\b(?:also|as well|in addition|additionally|besides|on top of)\b|\btoo\s*(?:[,.;!?]|$)",
+    re.IGNORECASE,
 )
+
+
+# Words that say "a preference" without saying of what.
+_MARKERS = frozenset(
+    "preference preferences prefer preferred favourite favorite favourites favorites choice "
+    "choices option options setting settings info information detail details need needs "
+    "want wants like likes usual typical ideal".split()
+)
+
+
+def _others(topic: str, identity: frozenset[str]) -> frozenset[str]:
+    """The roots of a topic beyond its attribute and the words that mark a preference."""
+    return (
+        frozenset(
+            root(word)
+            for word in words(topic.replace("-", " ").replace("_", " "))
+            if word not in _MARKERS and content_roots(word) | QUALIFIER_ROOTS & {root(word)}
+        )
+        - identity
+        - {phrase(topic).head}
+    )
 
 
 @lru_cache(maxsize=16384)
@@ -48,9 +77,7 @@ def same_slot(a: str, b: str) -> bool:
         any(kin(y, x) for x in mine) for y in theirs
     ):
         return False
-    rest = first.modifiers - mine - QUALIFIER_ROOTS
-    other = second.modifiers - theirs - QUALIFIER_ROOTS
-    return rest <= other or other <= rest
+    return _others(a, mine) == _others(b, theirs)
 
 
 def adds_value(preference: str) -> bool:
@@ -61,13 +88,25 @@ def adds_value(preference: str) -> bool:
 def ends(preference: str, topic: str) -> bool:
     """Whether ``preference`` says that what ``topic`` is about stopped ("quit coffee").
 
-    True when a clause announcing an end ("no longer", "stopped", "quit") names
-    what the topic is of (its modifiers: "coffee" of "coffee order"), or its head
-    if it has none ("smoking").
+    True when what follows an announced end ("no longer", "stopped", "quit") is,
+    by its head, what the topic is of or about: "I quit coffee" ends a "coffee
+    order" and "I stopped smoking" ends "smoking", while "I cancelled the dentist
+    appointment" ends no "dentist" (it ended an appointment).
     """
     read = phrase(topic)
-    wanted = read.modifiers - QUALIFIER_ROOTS or ({read.head} if read.head else set())
-    return any(clause.ceasing and wanted & set(clause.roots) for clause in clauses(preference))
+    wanted = (read.modifiers - QUALIFIER_ROOTS) | ({read.head} if read.head else set())
+    for match in CESSATION.finditer(preference.casefold()):
+        ended = phrase(_AFTER_END.sub("", preference[match.end() :])).head
+        if ended is not None and ended in wanted:
+            return True
+    return False
+
+
+# Where what an end is announced of stops: the clause, a time, a reason.
+_AFTER_END = re.compile(
+    r"[,.;!?(].*|\b(?:because|since|but|so|and|when|after|before|last|this|in|on|at|for)\b.*",
+    re.IGNORECASE | re.DOTALL,
+)
 
 
 def announces_change(preference: str) -> bool:
@@ -89,7 +128,7 @@ def replaces(new_topic: str, new_value: str, old_topic: str, old_value: str) -> 
     """
     if not announces_change(new_value) or _other_subjects(new_topic, old_topic):
         return False
-    if _names(new_value) & _names(old_value):  # "Marta's moved" of "Marta comes in"
+    if _same_names(new_value, old_value):  # "Marta's moved" of "Marta comes in"
         return True
     mine, theirs = content_roots(new_topic), content_roots(old_topic)
     related = (
@@ -106,12 +145,27 @@ def replaces(new_topic: str, new_value: str, old_topic: str, old_value: str) -> 
     return _has_number(new_value) and _has_number(old_value)
 
 
+# A capitalised word past the start of a clause, or before a possessive: a name.
+_NAMED = re.compile(r"(?<![.!?,;:\-(])(?<!^)\s+([A-Z][a-z]{2,})\b|\b([A-Z][a-z]{2,})['\u2019]s\b")
 _CAPITALISED = re.compile(r"\b[A-Z][a-z]{2,}\b")
 
 
-def _names(text: str) -> set[str]:
-    """Capitalised content words: the people and places named (and a few others)."""
-    return {word for word in _CAPITALISED.findall(text) if content_roots(word)}
+def _same_names(a: str, b: str) -> bool:
+    """Whether both texts name one person or place.
+
+    A capitalised word counts where it must be a name in one of them (past a
+    clause's start, or "Marta's"): "Switched" and "Actually" opening two
+    sentences name nobody.
+    """
+
+    def named(text: str) -> set[str]:
+        found = {x or y for x, y in _NAMED.findall(text.strip())}
+        return {word for word in found if content_roots(word)}
+
+    def capitalised(text: str) -> set[str]:
+        return set(_CAPITALISED.findall(text))
+
+    return bool(named(a) & capitalised(b) or named(b) & capitalised(a))
 
 
 def _other_subjects(a: str, b: str) -> bool:

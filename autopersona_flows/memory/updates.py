@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -293,7 +293,10 @@ class MemoryUpdater:
             at: When it was stated or observed, if not now (`MemoryRecord.stated_at`).
             valid_until: When it stops holding, if it does.
         """
-        (record,) = embed_records(self.embedder, [content], stated_at=at, valid_until=valid_until)
+        when = _When.of(at, valid_until)
+        (record,) = embed_records(
+            self.embedder, [content], stated_at=when.at, valid_until=when.until
+        )
         return self.store.add(user_id, record)
 
     def update(
@@ -327,15 +330,11 @@ class MemoryUpdater:
         """
         check_user_id(user_id)
         content = as_content(content, layer)
+        when = _When.of(at, valid_until)
         with self.store.locked(user_id, layer):
             existing = self.retriever.find_exact(user_id, layer, content)
             if existing is not None:
-                return UpdateDecision(
-                    operation="noop",
-                    target_id=existing.id,
-                    reason="exact duplicate",
-                    record=existing,
-                )
+                return self._restated(user_id, existing, when)
             searches = [SearchRequest(layer=layer, query=memory_text(content))]
             if isinstance(content, PersonaMemory):
                 # The topic alone finds the preference this one may replace even when
@@ -344,7 +343,6 @@ class MemoryUpdater:
             bundle = self.retriever.retrieve(user_id, searches, top_k=self.top_k)
             candidates = bundle.layer(layer)
             decision = self._checked(layer, content, candidates)
-            when = _When(at, valid_until)
             return self._apply(user_id, layer, content, decision, candidates, when=when)
 
     def _checked(
@@ -435,18 +433,44 @@ class MemoryUpdater:
                     str(decision.target_id),
                     result,
                     embedding=embedded.embedding,
-                    at=when.at,
-                    valid_until=when.until,
-                    reason=decision.reason,
+                    **when.keywords(decision.reason),
                 )
             case "delete":
-                self.store.delete(user_id, layer, str(decision.target_id), reason=decision.reason)
+                reason = {"reason": decision.reason} if decision.reason else {}
+                self.store.delete(user_id, layer, str(decision.target_id), **reason)
                 record = self.store.add(user_id, embedded)
             case "add":
                 record = self.store.add(user_id, embedded)
             case other:  # unreachable after validation; never write on an unknown operation
                 raise ResolverError(f"unknown operation {other!r}")
         return decision.model_copy(update={"content": result, "record": record})
+
+    def _restated(self, user_id: str, existing: MemoryRecord, when: _When) -> UpdateDecision:
+        """The same content said again: a noop, unless it now holds for another span.
+
+        Restated without the end it had ("off dairy until March", then "off dairy"),
+        or with another, the memory takes the new span, so it does not expire on
+        the old one; said before the stored one, it changes nothing.
+        """
+        later = when.at is None or when.at >= existing.at
+        if existing.valid_until == when.until or not later:
+            return UpdateDecision(
+                operation="noop", target_id=existing.id, reason="exact duplicate", record=existing
+            )
+        reason = "restated, now holding " + (
+            f"until {when.until.isoformat()}" if when.until else "with no end"
+        )
+        record = self.store.update(
+            user_id,
+            existing.layer,
+            existing.id,
+            existing.content,
+            embedding=existing.embedding,
+            **_When(when.at or datetime.now(UTC), when.until).keywords(reason),
+        )
+        return UpdateDecision(
+            operation="update", target_id=existing.id, reason=reason, record=record
+        )
 
     def _past(
         self,
@@ -480,8 +504,30 @@ class MemoryUpdater:
 
 @dataclass(frozen=True)
 class _When:
+    """When new content was stated and until when it holds, checked."""
+
     at: datetime | None
     until: datetime | None
+
+    @classmethod
+    def of(cls, at: datetime | None, until: datetime | None) -> _When:
+        for name, value in (("at", at), ("valid_until", until)):
+            if value is not None and (not isinstance(value, datetime) or value.utcoffset() is None):
+                raise ValueError(f"{name} must be a timezone-aware datetime, got {value!r}")
+        if at is not None and until is not None and until <= at:
+            raise ValueError(
+                f"valid_until ({until.isoformat()}) is not after at ({at.isoformat()})"
+            )
+        return cls(at, until)
+
+    def keywords(self, reason: str) -> dict[str, Any]:
+        """The keywords of `MemoryStore.update` that are set.
+
+        A store written to the protocol before event time takes an update that
+        carries none of them.
+        """
+        given = {"at": self.at, "valid_until": self.until, "reason": reason}
+        return {name: value for name, value in given.items() if value}
 
 
 def _carried(new: LayerContent, old: LayerContent) -> LayerContent:

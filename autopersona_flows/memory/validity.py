@@ -9,6 +9,7 @@ March 3") bounds nothing.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 
 __all__ = ["valid_until"]
@@ -72,8 +73,9 @@ _DAY = "|".join(sorted(_DAYS, key=len, reverse=True))
 _NUMBER = r"\d+|" + "|".join(sorted(_NUMBERS, key=len, reverse=True))
 _UNTIL = r"(?:until|till|til|up to|up until|through|thru|to the end of|till the end of)"
 
-# "until his stitches come out on the 28th of April": the event, then its date.
-_EVENT = r"(?:[^.;,]{0,40}?\s(?:on|by)\s+)?"
+# "until his stitches come out on the 28th of April": the event, then its date (only
+# after "until": "I pay through PayPal on the 1st" bounds nothing).
+_EVENT = r"(?:(?:(?<=until )|(?<=till ))[^.;,]{0,40}?\s(?:on|by)\s+)?"
 _UNTIL_DATE = re.compile(
     rf"\b(?P<kind>{_UNTIL})\s+{_EVENT}(?:the\s+)?(?:(?:end|start|beginning)\s+of\s+)?"
     rf"(?:(?P<day1>\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?(?P<month1>{_MONTH})\b"
@@ -87,8 +89,13 @@ _UNTIL_DAY = re.compile(
 )
 _UNTIL_WEEKDAY = re.compile(rf"\b{_UNTIL}\s+(?:next\s+)?(?P<day>{_DAY})\b", re.IGNORECASE)
 _FOR_NEXT = re.compile(
-    rf"\b(?:for|over|during)\s+(?:the\s+)?(?:next|coming)?\s*(?P<n>{_NUMBER})?\s*"
-    r"(?P<unit>day|night|week|fortnight|month|year)s?\b",
+    rf"\b(?:for|over|during)\s+(?:the\s+)?(?:next|coming)?\s*(?:a\s+)?"
+    rf"(?P<n>{_NUMBER})?\s*(?:of\s+)?(?P<unit>day|night|week|fortnight|month|year)s?\b",
+    re.IGNORECASE,
+)
+# "I've been vegan for 10 years", "I tried keto for a month": a past span bounds nothing.
+_PAST = re.compile(
+    r"\b(?:been|have|has|had|'ve|was|were|did|used|ago|tried|spent|lasted|took)\b|\w{3,}ed\b",
     re.IGNORECASE,
 )
 _THIS = re.compile(
@@ -173,12 +180,32 @@ def valid_until(text: str, at: datetime) -> datetime | None:
         "until March" ends when March starts; "through March", "until March 3" and
         "until Friday" include the month or the day.
     """
-    candidates: list[datetime] = []
+    if not isinstance(at, datetime) or at.utcoffset() is None:
+        raise ValueError(f"at must be a timezone-aware datetime, got {at!r}")
+    candidates = [
+        *_dates(text, at),
+        *_days_of_month(text, at),
+        *_weekdays(text, at),
+        *_durations(text, at),
+        *(_span(match, at) for match in _THIS.finditer(text)),
+    ]
+    later = [end for end in candidates if end > at]
+    return min(later) if later else None
+
+
+def _dates(text: str, at: datetime) -> Iterator[datetime]:
     for match in _UNTIL_DATE.finditer(text):
-        end = _from_date(match, at)
+        try:
+            end = _from_date(match, at)
+        except (ValueError, OverflowError):  # "until March 0000"
+            continue
         if end is not None:
-            candidates.append(end)
-    for match in _UNTIL_DAY.finditer(text):  # "until payday on the 28th": this month's, or next
+            yield end
+
+
+def _days_of_month(text: str, at: datetime) -> Iterator[datetime]:
+    """Days of a month named alone ("until payday on the 28th"): this month's or next."""
+    for match in _UNTIL_DAY.finditer(text):
         day = int(match.group("day"))
         month_start = _month_start(at.year, at.month, at)
         for start in (month_start, _next_month_start(month_start)):
@@ -187,18 +214,26 @@ def valid_until(text: str, at: datetime) -> datetime | None:
             except ValueError:
                 continue
             if end > at:
-                candidates.append(end)
+                yield end
                 break
+
+
+def _weekdays(text: str, at: datetime) -> Iterator[datetime]:
     for match in _UNTIL_WEEKDAY.finditer(text):
         ahead = (_DAYS[match.group("day").casefold()] - at.weekday()) % 7 or 7
-        candidates.append(_midnight(at) + timedelta(days=ahead + 1))
+        yield _midnight(at) + timedelta(days=ahead + 1)
+
+
+def _durations(text: str, at: datetime) -> Iterator[datetime]:
     for match in _FOR_NEXT.finditer(text):
         count = match.group("n")
-        if count is None and not re.search(r"\b(?:next|coming)\b", match.group(0), re.I):
+        ahead = re.search(r"\b(?:next|coming)\b", match.group(0), re.IGNORECASE)
+        if count is None and not ahead:
             continue  # "for days" bounds nothing
+        if not ahead and _PAST.search(text[: match.start()]):
+            continue
         n = 1 if count is None else int(count) if count.isdigit() else _NUMBERS[count.casefold()]
-        candidates.append(at + timedelta(days=n * _UNITS[match.group("unit").casefold()]))
-    for match in _THIS.finditer(text):
-        candidates.append(_span(match, at))
-    later = [end for end in candidates if end > at]
-    return min(later) if later else None
+        try:
+            yield at + timedelta(days=n * _UNITS[match.group("unit").casefold()])
+        except OverflowError:  # "for the next 9999 years": no end this calendar holds
+            continue

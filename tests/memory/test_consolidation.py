@@ -107,6 +107,20 @@ def test_choices_in_tasks_of_different_kinds_or_too_few_are_not_promoted(
         promote_choices(updater, "ada", min_repeats=1)
 
 
+def test_the_assistants_own_tools_and_other_kinds_of_booking_are_no_choices(
+    updater: MemoryUpdater,
+) -> None:
+    remember(
+        updater,
+        [
+            ("Book a flight to Rome", ["used the flight_search tool", "booked 3A, a window"], ""),
+            ("Book a table for two", ["used the flight_search tool", "booked a window table"], ""),
+            ("Book a hotel in Oslo", ["used the flight_search tool", "picked a window room"], ""),
+        ],
+    )
+    assert promote_choices(updater, "ada") == []
+
+
 def test_nightly_maintenance_promotes_choices_once(updater: MemoryUpdater) -> None:
     remember(updater, BOOKINGS)
     store = updater.store

@@ -116,21 +116,31 @@ def test_reworded_topics_update_one_slot_and_other_attributes_stay_apart(
         ("seat preference", "window"),
         ("hotel budget", "150 a night"),
         ("hotel location", "near the station"),
-        ("flight seat", "aisle"),
+        ("seat", "aisle"),
         ("budget for hotels", "120 a night"),
         ("flight budget", "400"),
+        ("dog's name", "Rex"),
+        ("name", "Ada"),
+        ("daily budget", "100 euros"),
+        ("personal email", "ada@example.org"),
+        ("work email", "ada@work.example"),
     ]
     for i, (topic, value) in enumerate(said):
         updater.update(
             "ada", "persona", PersonaMemory(topic=topic, preference=value), at=T0 + i * DAY
         )
     assert topics(store) == {
-        "flight seat": "aisle",
+        "seat": "aisle",
         "budget for hotels": "120 a night",
         "hotel location": "near the station",
         "flight budget": "400",
+        "dog's name": "Rex",
+        "name": "Ada",
+        "daily budget": "100 euros",
+        "personal email": "ada@example.org",
+        "work email": "ada@work.example",
     }
-    (seat,) = [r for r in store.list("ada", "persona") if r.content.topic == "flight seat"]
+    (seat,) = [r for r in store.list("ada", "persona") if r.content.topic == "seat"]
     (change,) = store.history("ada", "persona", seat.id)
     assert change.before.content.preference == "window"
     assert "newer value" in change.reason
@@ -401,3 +411,77 @@ def test_a_newer_state_of_a_task_updates_it(store: JsonlMemoryStore) -> None:
     assert [r.content.state for r in store.list("ada", "workspace")] == [{"step": 2}]
     other = updater.update("ada", "workspace", WorkspaceMemory(task={"id": 18}, state={"step": 2}))
     assert other.operation == "add"
+
+
+@pytest.mark.parametrize(
+    ("preference", "topic", "ends_it"),
+    [
+        ("I quit coffee in May", "coffee order", True),
+        ("I cancelled my gym membership", "gym membership", True),
+        ("I cancelled the dentist appointment on Friday", "dentist", False),
+        ("I stopped working from home last month", "home address", False),
+        ("I no longer take the coffee machine to the office", "coffee order", False),
+        ("I'm used to early flights from Gatwick", "flight time", False),
+    ],
+)
+def test_an_end_is_of_what_follows_it(preference: str, topic: str, ends_it: bool) -> None:
+    from autopersona_flows.memory.slots import ends
+
+    assert ends(preference, topic) is ends_it
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (("milk", "Switched to oat milk"), ("commute", "Switched to the 7:40 train")),
+        (("coffee", "Actually I take it black"), ("running shoes", "Actually size 43")),
+        (
+            ("hotel location", "near the station"),
+            ("hotel location", "old town, the station is too noisy"),
+        ),
+    ],
+)
+def test_words_opening_two_sentences_relate_nothing(
+    store: JsonlMemoryStore, old: tuple[str, str], new: tuple[str, str]
+) -> None:
+    updater = MemoryUpdater(store)
+    updater.update("ada", "persona", PersonaMemory(topic=old[0], preference=old[1]))
+    decision = updater.update("ada", "persona", PersonaMemory(topic=new[0], preference=new[1]))
+    kept = {(r.content.topic, r.content.preference) for r in store.list("ada", "persona")}
+    if new[0] == old[0]:  # "too noisy" adds nothing: the new value replaces the old
+        assert decision.operation == "update"
+        assert kept == {new}
+    else:
+        assert kept == {old, new}
+
+
+def test_a_memory_restated_without_its_end_no_longer_expires(store: JsonlMemoryStore) -> None:
+    updater = MemoryUpdater(store)
+    now = datetime.now(UTC)
+    diet = PersonaMemory(topic="diet", preference="off dairy")
+    first = updater.update("ada", "persona", diet, at=now - DAY, valid_until=now + DAY)
+    again = updater.update("ada", "persona", diet)
+    assert again.operation == "update"
+    assert again.record.valid_until is None
+    assert again.record.id == first.record.id
+    assert "restated" in store.history("ada", "persona", first.record.id)[0].reason
+    assert updater.update("ada", "persona", diet).operation == "noop"
+
+
+@pytest.mark.parametrize(
+    ("when", "problem"),
+    [
+        ({"at": datetime(2025, 1, 1)}, "at must be a timezone-aware"),
+        ({"valid_until": datetime(2025, 1, 1)}, "valid_until must be a timezone-aware"),
+        ({"at": T0, "valid_until": T0 - DAY}, "is not after at"),
+    ],
+)
+def test_times_without_a_zone_or_in_the_wrong_order_are_refused_before_any_write(
+    store: JsonlMemoryStore, when: dict[str, datetime], problem: str
+) -> None:
+    updater = MemoryUpdater(store)
+    content = PersonaMemory(topic="tone", preference="terse")
+    for write in (updater.add, lambda user, c, **kw: updater.update(user, "persona", c, **kw)):
+        with pytest.raises(ValueError, match=problem):
+            write("ada", content, **when)
+    assert store.users() == []

@@ -59,7 +59,17 @@ def test_time_bounded_statements_end_when_they_say(text: str, end: datetime) -> 
 
 @pytest.mark.parametrize(
     "text",
-    ["my flight on March 3", "I've felt this for days", "I like tea", "until February 30"],
+    [
+        "my flight on March 3",
+        "I've felt this for days",
+        "I like tea",
+        "until February 30",
+        "I've been vegan for 10 years",
+        "I tried keto for a month and hated it",
+        "I pay through PayPal on the 1st of every month",
+        "I'm away for the next 9999 years lol",
+        "until March 0000",
+    ],
 )
 def test_dates_that_bound_nothing_are_ignored(text: str) -> None:
     assert valid_until(text, WEDNESDAY) is None
@@ -70,6 +80,8 @@ def test_dates_that_bound_nothing_are_ignored(text: str) -> None:
     [
         ("My seat preference is aisle", "seat preference", "aisle"),
         ("my budget is 150 a night.", "budget", "150 a night"),
+        ("My email is john.smith@example.org.", "email", "john.smith@example.org"),
+        ("My shoe size is 9.5 UK", "shoe size", "9.5 UK"),
         ("I prefer aisle seats on long flights", "seats", None),
         ("I really hate early meetings", "meetings", None),
         ("I'm allergic to peanuts", "allergies", None),
@@ -101,6 +113,11 @@ def test_first_person_statements_become_memories(
         "My flight is at 6",
         "I'm in the mood for something with Cate Blanchett",
         "It's the only thing I put in my coffee",
+        "I'd like to book a flight to Rome",
+        "I'm in a meeting",
+        "Never mind",
+        "I'm doing great",
+        "Here's one- 'Embracing Identity' is the title",
         "I like it",
         "my bank PIN is 4321",
         "I always use the password hunter2",
@@ -108,6 +125,28 @@ def test_first_person_statements_become_memories(
 )
 def test_requests_events_and_secrets_state_nothing(sentence: str) -> None:
     assert statement(sentence) is None
+
+
+def test_validity_needs_a_time_with_a_zone() -> None:
+    with pytest.raises(ValueError, match="timezone-aware"):
+        valid_until("until March", datetime(2025, 1, 1))
+
+
+def test_a_listed_item_wins_over_what_the_text_says_of_its_slot() -> None:
+    record = RawTaskRecord(
+        user_id="ada",
+        query="I prefer a window seat this time. I prefer window seats, I'm flying this week.",
+        persona=[PersonaMemory(topic="seat", preference="aisle")],
+        at=WEDNESDAY,
+    )
+    assert [
+        (item.content.topic, item.content.preference) for item in RuleExtractor().extract(record)
+    ] == [("seat", "aisle")]
+    unlisted = RawTaskRecord(
+        user_id="ada", query="I prefer window seats, I'm flying this week.", at=WEDNESDAY
+    )
+    (found,) = RuleExtractor().extract(unlisted)
+    assert found.valid_until is None  # the trip is bounded, not the preference
 
 
 def test_a_sentence_bounded_in_time_states_a_situation() -> None:
@@ -171,6 +210,22 @@ def test_a_chat_history_is_ingested_with_the_times_it_was_said(tmp_path: Path) -
         "ada", [SearchRequest(layer="persona", query="which seat")]
     )
     assert [m.record.content.preference for m in found.persona] == ["I now like aisle seats"]
+
+
+def test_interleaved_conversations_stay_apart_and_the_assistant_alone_is_no_task() -> None:
+    t0 = datetime(2024, 5, 1, tzinfo=UTC)
+    minute = timedelta(minutes=1)
+    sessions = chat_sessions(
+        "ada",
+        [
+            ChatMessage(role="user", text="a1", at=t0, session="a"),
+            ChatMessage(role="user", text="b1", at=t0 + minute, session="b"),
+            ChatMessage(role="assistant", text="a2", at=t0 + 2 * minute, session="a"),
+            ChatMessage(role="assistant", text="b2", at=t0 + 3 * minute, session="b"),
+            ChatMessage(role="assistant", text="I love Nopa's burger", at=t0 + DAY, session="c"),
+        ],
+    )
+    assert [(s.query, s.outcome) for s in sessions] == [("a1", "a2"), ("b1", "b2")]
 
 
 def test_a_session_id_change_starts_a_session_and_bad_messages_are_named() -> None:

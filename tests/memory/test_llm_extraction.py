@@ -165,6 +165,10 @@ def test_an_invented_quote_is_refused_then_retried_and_accepted(
         pytest.param({**DIET, "topic": "  "}, "memories[0].topic is blank", id="blank-topic"),
         pytest.param({**DIET, "preference": ""}, "preference is blank", id="blank-preference"),
         pytest.param({**DIET, "quote": " "}, "is not in what the person wrote", id="blank-quote"),
+        pytest.param({**DIET, "quote": "a"}, "is not in what the person wrote", id="one-letter"),
+        pytest.param(
+            {**DIET, "preference": "loves jazz"}, "says nothing of its quote", id="unquoted"
+        ),
         pytest.param({**DIET, "until": "March"}, "is not an ISO 8601 date-time", id="not-a-time"),
         pytest.param(
             {**DIET, "until": "2025-01-08T14:00:00Z"},

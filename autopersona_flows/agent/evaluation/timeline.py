@@ -7,7 +7,8 @@ and never a fact whose end has passed. `evaluate_timeline` ingests each case the
 way a library user would (`ingest_task_history` with the default extractor, then
 `promote_choices`), searches as of the case's ``now``, and reports per category:
 
-- ``new_first``: checks whose current value the first persona result holds;
+- ``new_first``: of the checks with a current value, those whose first persona
+  result holds it;
 - ``stale``: checks whose first persona result holds an old value (served as
   current); ``stale_live``: checks for which any current persona memory still
   holds an old value;
@@ -34,7 +35,7 @@ from autopersona_flows.memory.embedders import Embedder, HashingEmbedder
 from autopersona_flows.memory.ingestion import ingest_task_history
 from autopersona_flows.memory.jsonl import JsonlMemoryStore
 from autopersona_flows.memory.records import PersonaMemory, RawTaskRecord, UtcDatetime
-from autopersona_flows.memory.retrieval import SearchRequest
+from autopersona_flows.memory.retrieval import SearchRequest, time_view
 from autopersona_flows.memory.text import memory_text
 from autopersona_flows.memory.updates import MemoryUpdater
 
@@ -166,19 +167,23 @@ def evaluate_timeline(
     cases: list[TimelineCase],
     *,
     embedder: Embedder | None = None,
-    recency_half_life: float | None = None,
+    recency_half_life: timedelta | None = None,
 ) -> TimelineReport:
     """Ingest each case into a fresh bank and make its checks; see `TimelineReport`.
 
     Args:
         cases: The cases.
         embedder: The store's embedder; `HashingEmbedder` by default.
-        recency_half_life: Days; weigh recency in the searches (see
+        recency_half_life: Weigh recency in the searches (see
             `MemoryRetriever.retrieve`), or ``None`` not to.
+
+    Raises:
+        RetrievalError: If ``recency_half_life`` is not a positive timedelta.
     """
     embedder = embedder or HashingEmbedder()
-    half_life = timedelta(days=recency_half_life) if recency_half_life else None
-    outcomes: dict[str, list[tuple[bool, bool, bool, bool | None]]] = defaultdict(list)
+    half_life = recency_half_life
+    time_view(recency_half_life=half_life)  # checked before anything is ingested
+    outcomes: dict[str, list[_Outcome]] = defaultdict(list)
     failures: list[str] = []
     messages, seconds = 0, 0.0
     with tempfile.TemporaryDirectory() as folder:
@@ -205,7 +210,7 @@ def evaluate_timeline(
                 ).persona
                 first = memory_text(found[0].record.content) if found else ""
                 texts = [memory_text(r.content) for r in current]
-                new_first = check.current is None or _holds(first, check.current)
+                new_first = None if check.current is None else _holds(first, check.current)
                 stale = any(_holds(first, old) for old in check.stale)
                 live = any(_holds(text, old) for text in texts for old in check.stale)
                 expired = (
@@ -218,9 +223,9 @@ def evaluate_timeline(
                     else None
                 )
                 outcomes[case.category].append((new_first, stale, live, expired))
-                if not new_first or stale or expired:
+                if new_first is False or stale or expired:
                     what = [
-                        *(["current not first"] if not new_first else []),
+                        *(["current not first"] if new_first is False else []),
                         *(["stale first"] if stale else []),
                         *(["expired returned"] if expired else []),
                     ]
@@ -242,12 +247,16 @@ def evaluate_timeline(
     )
 
 
-def _scores(outcomes: list[tuple[bool, bool, bool, bool | None]], cases: int) -> TimelineScores:
+_Outcome = tuple[bool | None, bool, bool, bool | None]  # new first, stale, live, expired
+
+
+def _scores(outcomes: list[_Outcome], cases: int) -> TimelineScores:
     expired = [outcome[3] for outcome in outcomes if outcome[3] is not None]
+    current = [outcome[0] for outcome in outcomes if outcome[0] is not None]
     return TimelineScores(
         cases=cases,
         checks=len(outcomes),
-        new_first=ratio(sum(o[0] for o in outcomes), len(outcomes)),
+        new_first=ratio(sum(current), len(current)),
         stale=ratio(sum(o[1] for o in outcomes), len(outcomes)) if outcomes else 0.0,
         stale_live=ratio(sum(o[2] for o in outcomes), len(outcomes)) if outcomes else 0.0,
         expired=sum(expired) / len(expired) if expired else None,
