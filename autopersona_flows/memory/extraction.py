@@ -27,9 +27,9 @@ __all__ = [
     "Extractor",
     "RuleExtractor",
     "bounded",
+    "first_person",
     "names_secret",
     "person_texts",
-    "statement",
 ]
 
 
@@ -170,7 +170,7 @@ class RuleExtractor:
         known = {normalise(item.preference) for item in record.persona}
         for text in person_texts(record):
             for sentence in _SENTENCE.split(text):
-                memory = statement(sentence) or bounded(sentence, at)
+                memory = first_person(sentence) or bounded(sentence, at)
                 if memory is None or normalise(memory.preference) in known:
                     continue
                 if any(normalise(memory.preference) in k for k in known):
@@ -183,7 +183,7 @@ class RuleExtractor:
         return found
 
 
-def statement(sentence: str) -> PersonaMemory | None:
+def first_person(sentence: str) -> PersonaMemory | None:
     """The persona memory a first-person sentence states, if it states one.
 
     "My seat preference is aisle" gives topic "seat preference", preference

@@ -59,7 +59,7 @@ class TimeView:
 
     Attributes:
         as_of: POSIX seconds of the time the bank is looked at.
-        future: Whether memories stated after ``as_of`` count (looking at "now",
+        include_later: Whether memories stated after ``as_of`` count (looking at "now",
             another worker's clock may run a little ahead).
         past: Whether memories no longer current count too (history).
         half_life: Seconds after which a memory's score is weighed 3/4, then 5/8...
@@ -68,14 +68,14 @@ class TimeView:
     """
 
     as_of: float
-    future: bool = True
+    include_later: bool = True
     past: bool = False
     half_life: float | None = None
 
     def current(self, at: np.ndarray, until: np.ndarray) -> np.ndarray:
         """Whether each row (stated at ``at``, valid until ``until``) holds then."""
         holds = np.ones(len(at), dtype=bool) if self.past else until > self.as_of
-        return holds if self.future else holds & (at <= self.as_of)
+        return holds if self.include_later else holds & (at <= self.as_of)
 
     def weights(self, at: np.ndarray) -> np.ndarray | float:
         """Each row's recency weight in (1/2, 1]."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -147,10 +148,11 @@ def _extracted(extractor: Extractor, record: RawTaskRecord) -> list[ExtractedMem
             raise IngestionError(
                 f"{extractor!r} returned a {type(item).__name__} at {index}, not an ExtractedMemory"
             )
-        if item.valid_until is not None and record.at is not None and item.valid_until <= record.at:
+        happened = record.at or datetime.now(UTC)
+        if item.valid_until is not None and item.valid_until <= happened:
             raise IngestionError(
                 f"{extractor!r}: item {index} ends ({item.valid_until.isoformat()}) before the "
-                f"task happened ({record.at.isoformat()})"
+                f"task happened ({happened.isoformat()})"
             )
     return items
 

@@ -155,7 +155,7 @@ def time_view(
         )
     return TimeView(
         as_of=(as_of or datetime.now(UTC)).timestamp(),
-        future=as_of is None,
+        include_later=as_of is None,
         past=include_past,
         half_life=recency_half_life.total_seconds() if recency_half_life else None,
     )

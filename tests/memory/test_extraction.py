@@ -22,7 +22,7 @@ from autopersona_flows.memory import (
     ingest_task_history,
     valid_until,
 )
-from autopersona_flows.memory.extraction import statement
+from autopersona_flows.memory.extraction import first_person
 
 WEDNESDAY = datetime(2025, 1, 8, 15, 0, tzinfo=UTC)
 DAY = timedelta(days=1)
@@ -100,7 +100,7 @@ def test_dates_that_bound_nothing_are_ignored(text: str) -> None:
 def test_first_person_statements_become_memories(
     sentence: str, topic: str, preference: str | None
 ) -> None:
-    memory = statement(sentence)
+    memory = first_person(sentence)
     assert memory is not None
     assert memory.topic == topic
     assert memory.preference == (preference or sentence.rstrip("."))
@@ -124,7 +124,7 @@ def test_first_person_statements_become_memories(
     ],
 )
 def test_requests_events_and_secrets_state_nothing(sentence: str) -> None:
-    assert statement(sentence) is None
+    assert first_person(sentence) is None
 
 
 def test_validity_needs_a_time_with_a_zone() -> None:
