@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, Self, TypeVar
+from typing import Any, ClassVar, Literal, Self, TypeVar
 
 import httpx
 from pydantic import BaseModel, ValidationError
@@ -27,6 +27,7 @@ from pydantic import BaseModel, ValidationError
 from autopersona_flows.errors import AutopersonaError
 
 __all__ = [
+    "ChatAdapter",
     "InvalidOutputError",
     "ResponseFormat",
     "StructuredChat",
@@ -350,3 +351,101 @@ def _reason(response: httpx.Response) -> str:
         reason = response.text or response.reason_phrase
     reason = " ".join(str(reason).split())
     return reason if len(reason) <= _MAX_REASON else reason[: _MAX_REASON - 1] + "…"
+
+
+class ChatAdapter:
+    """What the adapters on a `StructuredChat` share: its settings, closing, a safe repr.
+
+    A subclass names its error class, the name of its answers and its logger; its
+    own docstring documents the arguments, which are `StructuredChat`'s.
+    """
+
+    _error: ClassVar[type[AutopersonaError]]
+    _answers: ClassVar[str]
+    _logger: ClassVar[logging.Logger]
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        timeout: float = 30.0,
+        *,
+        temperature: float = 0.0,
+        max_retries: int = 1,
+        response_format: ResponseFormat = "json_schema",
+        max_tokens: int | None = None,
+        client: httpx.Client | None = None,
+    ) -> None:
+        self._chat = StructuredChat(
+            base_url,
+            model,
+            api_key,
+            timeout,
+            temperature=temperature,
+            max_retries=max_retries,
+            response_format=response_format,
+            max_tokens=max_tokens,
+            client=client,
+            error=self._error,
+            name=self._answers,
+            logger=self._logger,
+        )
+
+    def __repr__(self) -> str:
+        # The api key stays out: reprs end up in logs and Prefect's UI.
+        return f"{type(self).__name__}({self.base_url!r}, {self.model!r})"
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the HTTP client if this adapter made it; an injected one stays open."""
+        self._chat.close()
+
+    @property
+    def base_url(self) -> str:
+        """The API root, without a trailing slash."""
+        return self._chat.base_url
+
+    @property
+    def model(self) -> str:
+        """The model name the server knows."""
+        return self._chat.model
+
+    @property
+    def timeout(self) -> float:
+        """Seconds to wait for each response."""
+        return self._chat.timeout
+
+    @property
+    def temperature(self) -> float:
+        """The sampling temperature."""
+        return self._chat.temperature
+
+    @property
+    def max_retries(self) -> int:
+        """How many more requests after a failed one."""
+        return self._chat.max_retries
+
+    @property
+    def max_tokens(self) -> int | None:
+        """The most tokens an answer may take, or ``None`` for the server's default."""
+        return self._chat.max_tokens
+
+    @property
+    def response_format(self) -> ResponseFormat:
+        """How the schema is sent; ``"json_object"`` once the server refused ``json_schema``."""
+        return self._chat.response_format
+
+    @response_format.setter
+    def response_format(self, value: ResponseFormat) -> None:
+        self._chat.response_format = value
+
+    @property
+    def url(self) -> str:
+        """The endpoint requests are sent to."""
+        return self._chat.url

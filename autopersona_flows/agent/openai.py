@@ -26,9 +26,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from autopersona_flows import _json
 from autopersona_flows._chat import (
+    ChatAdapter,
     InvalidOutputError,
     ResponseFormat,
-    StructuredChat,
     validated_json,
 )
 from autopersona_flows.agent.decisions import PersonaDecision, PersonaRequest
@@ -110,7 +110,7 @@ def schema_for(asked: Mapping[str, Sequence[ScoredMemory]]) -> dict[str, Any]:
     return schema
 
 
-class OpenAICompatibleJudge:
+class OpenAICompatibleJudge(ChatAdapter):
     """Let a language model judge which memories answer each requirement.
 
     Works with OpenAI, vLLM, Ollama (``http://127.0.0.1:11434/v1``), llama.cpp's
@@ -146,95 +146,9 @@ class OpenAICompatibleJudge:
             ``timeout``, ``max_retries`` or ``response_format`` is out of range.
     """
 
-    def __init__(
-        self,
-        base_url: str,
-        model: str,
-        api_key: str | None = None,
-        timeout: float = 30.0,
-        *,
-        temperature: float = 0.0,
-        max_retries: int = 1,
-        response_format: ResponseFormat = "json_schema",
-        max_tokens: int | None = None,
-        client: httpx.Client | None = None,
-    ) -> None:
-        self._chat = StructuredChat(
-            base_url,
-            model,
-            api_key,
-            timeout,
-            temperature=temperature,
-            max_retries=max_retries,
-            response_format=response_format,
-            max_tokens=max_tokens,
-            client=client,
-            error=PolicyError,
-            name="verdicts",
-            logger=logger,
-        )
-
-    def __repr__(self) -> str:
-        # The api key stays out: reprs end up in logs and Prefect's UI.
-        return f"OpenAICompatibleJudge({self.base_url!r}, {self.model!r})"
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Close the HTTP client if this judge made it; an injected one stays open."""
-        self._chat.close()
-
-    @property
-    def base_url(self) -> str:
-        """The API root, without a trailing slash."""
-        return self._chat.base_url
-
-    @property
-    def model(self) -> str:
-        """The model name the server knows."""
-        return self._chat.model
-
-    @property
-    def timeout(self) -> float:
-        """Seconds to wait for each response."""
-        return self._chat.timeout
-
-    @property
-    def temperature(self) -> float:
-        """The sampling temperature."""
-        return self._chat.temperature
-
-    @property
-    def max_retries(self) -> int:
-        """How many more requests after a failed one."""
-        return self._chat.max_retries
-
-    @property
-    def max_tokens(self) -> int | None:
-        """The most tokens an answer may take, or ``None`` for the server's default."""
-        return self._chat.max_tokens
-
-    @property
-    def response_format(self) -> ResponseFormat:
-        """How the schema is sent; ``"json_object"`` once the server refused ``json_schema``."""
-        return self._chat.response_format
-
-    @response_format.setter
-    def response_format(self, value: ResponseFormat) -> None:
-        self._chat.response_format = value
-
-    @property
-    def url(self) -> str:
-        """The endpoint requests are sent to."""
-        return self._chat.url
-
-    @property
-    def _client(self) -> httpx.Client:
-        return self._chat.client
+    _error = PolicyError
+    _answers = "verdicts"
+    _logger = logger
 
     def judge(
         self, request: PersonaRequest, candidates: Mapping[str, Sequence[ScoredMemory]]

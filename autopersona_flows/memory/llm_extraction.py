@@ -16,16 +16,14 @@ from __future__ import annotations
 import logging
 import re
 from datetime import UTC, datetime
-from typing import Any, Self
+from typing import Any
 
-import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autopersona_flows import _json
 from autopersona_flows._chat import (
+    ChatAdapter,
     InvalidOutputError,
-    ResponseFormat,
-    StructuredChat,
     validated_json,
 )
 from autopersona_flows.errors import ExtractionError
@@ -90,7 +88,7 @@ class _ModelAnswer(BaseModel):
 _SCHEMA: dict[str, Any] = _ModelAnswer.model_json_schema()
 
 
-class OpenAICompatibleExtractor:
+class OpenAICompatibleExtractor(ChatAdapter):
     """Let a language model read the persona memories a task reveals.
 
     Works with any server speaking ``POST {base_url}/chat/completions`` (OpenAI,
@@ -136,67 +134,9 @@ class OpenAICompatibleExtractor:
             ingest_task_history(store, updater, record, extractor=extractor)
     """
 
-    def __init__(
-        self,
-        base_url: str,
-        model: str,
-        api_key: str | None = None,
-        timeout: float = 30.0,
-        *,
-        temperature: float = 0.0,
-        max_retries: int = 1,
-        response_format: ResponseFormat = "json_schema",
-        max_tokens: int | None = None,
-        client: httpx.Client | None = None,
-    ) -> None:
-        self._chat = StructuredChat(
-            base_url,
-            model,
-            api_key,
-            timeout,
-            temperature=temperature,
-            max_retries=max_retries,
-            response_format=response_format,
-            max_tokens=max_tokens,
-            client=client,
-            error=ExtractionError,
-            name="memories",
-            logger=logger,
-        )
-
-    def __repr__(self) -> str:
-        # The api key stays out: reprs end up in logs and Prefect's UI.
-        return f"OpenAICompatibleExtractor({self.base_url!r}, {self.model!r})"
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Close the HTTP client if this extractor made it; an injected one stays open."""
-        self._chat.close()
-
-    @property
-    def base_url(self) -> str:
-        """The API root, without a trailing slash."""
-        return self._chat.base_url
-
-    @property
-    def model(self) -> str:
-        """The model name the server knows."""
-        return self._chat.model
-
-    @property
-    def response_format(self) -> ResponseFormat:
-        """How the schema is sent; ``"json_object"`` once the server refused ``json_schema``."""
-        return self._chat.response_format
-
-    @property
-    def url(self) -> str:
-        """The endpoint requests are sent to."""
-        return self._chat.url
+    _error = ExtractionError
+    _answers = "memories"
+    _logger = logger
 
     def extract(self, record: RawTaskRecord) -> list[ExtractedMemory]:
         """The listed persona items, then the memories the model read and quoted.

@@ -433,7 +433,7 @@ def test_an_injected_client_is_used_and_left_open(server: FakeServer) -> None:
 def test_a_policy_closes_the_client_it_made(server: FakeServer) -> None:
     with OpenAICompatiblePolicy(server.url, "test-model") as policy:
         pass
-    assert policy.judge._client.is_closed
+    assert policy.judge._chat.client.is_closed
 
 
 @pytest.mark.parametrize(
