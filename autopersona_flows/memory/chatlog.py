@@ -18,7 +18,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
 from autopersona_flows.errors import IngestionError
-from autopersona_flows.memory.records import RawTaskRecord, Text, UtcDatetime, non_blank
+from autopersona_flows.memory.records import AwareDatetime, RawTaskRecord, Text, non_blank
 
 __all__ = ["ChatMessage", "chat_sessions"]
 
@@ -30,7 +30,8 @@ class ChatMessage(BaseModel):
         role: Who wrote it: ``"user"`` for the person, anything else (``"assistant"``,
             ``"tool"``) for the rest.
         text: What it says.
-        at: When it was sent (timezone-aware, or ISO 8601 text with a zone).
+        at: When it was sent (timezone-aware, or ISO 8601 text with a zone), in the
+            person's zone if the log has it: bounds such as "today" are read there.
         session: The conversation it belongs to, if the log says.
     """
 
@@ -38,7 +39,7 @@ class ChatMessage(BaseModel):
 
     role: Annotated[Text, AfterValidator(non_blank)]
     text: Text
-    at: UtcDatetime
+    at: AwareDatetime
     session: str | None = None
 
 

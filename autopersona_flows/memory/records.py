@@ -249,6 +249,18 @@ def _check_id(value: str) -> str:
 UtcDatetime = Annotated[
     datetime, Field(strict=False), BeforeValidator(_datetime_or_iso), AfterValidator(_utc)
 ]
+
+
+def _aware(value: datetime) -> datetime:
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError("timestamps must be timezone-aware")
+    return value
+
+
+AwareDatetime = Annotated[
+    datetime, Field(strict=False), BeforeValidator(_datetime_or_iso), AfterValidator(_aware)
+]
+"""A timezone-aware time kept in its own zone: "today" and "Friday" are the person's."""
 MemoryId = Annotated[str, AfterValidator(_check_id)]
 
 
@@ -417,7 +429,8 @@ class RawTaskRecord(_Strict):
         state: The workspace state afterwards.
         persona: Preferences and constraints the task revealed.
         at: When the task happened, if not now: every memory ingested from it is
-            stated at that time.
+            stated at that time. Its zone is kept, so that "today only" ends at the
+            person's midnight.
     """
 
     user_id: Annotated[Text, AfterValidator(non_blank), AfterValidator(check_user_id)]
@@ -429,7 +442,7 @@ class RawTaskRecord(_Strict):
     interaction: list[JsonValue] = Field(default_factory=list)
     state: JsonValue = None
     persona: list[PersonaMemory] = Field(default_factory=list)
-    at: UtcDatetime | None = None
+    at: AwareDatetime | None = None
 
 
 def as_record(

@@ -13,7 +13,8 @@ seen in the wild:
 - a delete never loses the new information: the contradicted memory moves to the
   change history and the new content is stored in its place;
 - a statement bounded in time (``valid_until``) never replaces one that is not:
-  it is stored beside it, and the standing one holds again once it ends;
+  it is stored beside it, and the standing one holds again once it ends; a later
+  standing statement on its slot ends it then;
 - what was said earlier never replaces what was said later: content stated
   (``at=``) before the memory it would update or delete is stored as a past
   memory instead, valid until the later one was said, so a history loaded out of
@@ -310,8 +311,8 @@ class MemoryUpdater:
     ) -> UpdateDecision:
         """Resolve ``content`` against the user's ``layer`` and apply the decision.
 
-        The resolver is shown the current memories (not expired ones) most similar
-        to ``content``.
+        The resolver is shown the memories most similar to ``content`` that had not
+        expired when it was said.
 
         Args:
             user_id: Whose bank.
@@ -340,8 +341,15 @@ class MemoryUpdater:
                 # The topic alone finds the preference this one may replace even when
                 # the full text ranks other memories higher.
                 searches.append(SearchRequest(layer=layer, query=content.topic))
-            bundle = self.retriever.retrieve(user_id, searches, top_k=self.top_k)
-            candidates = bundle.layer(layer)
+            # What still held when the content was said, whenever it was said itself:
+            # a backfilled statement meets both what it may replace and what came later.
+            said = when.at or datetime.now(UTC)
+            bundle = self.retriever.retrieve(user_id, searches, top_k=self.top_k, include_past=True)
+            candidates = [
+                candidate
+                for candidate in bundle.layer(layer)
+                if candidate.record.valid_until is None or said < candidate.record.valid_until
+            ]
             decision = self._checked(layer, content, candidates)
             return self._apply(user_id, layer, content, decision, candidates, when=when)
 
@@ -443,7 +451,38 @@ class MemoryUpdater:
                 record = self.store.add(user_id, embedded)
             case other:  # unreachable after validation; never write on an unknown operation
                 raise ResolverError(f"unknown operation {other!r}")
+        if when.until is None:
+            self._end_bounded(user_id, record, candidates)
         return decision.model_copy(update={"content": result, "record": record})
+
+    def _end_bounded(
+        self, user_id: str, record: MemoryRecord, candidates: list[ScoredMemory]
+    ) -> None:
+        """A standing statement ends the bounded ones it follows on its slot.
+
+        "My number is 555-0777" after "my temp number until the 31st": the temporary
+        one held until the standing one was said.
+        """
+        content = record.content
+        if not isinstance(content, PersonaMemory):
+            return
+        for candidate in candidates:
+            old = candidate.record
+            if (
+                old.id != record.id
+                and isinstance(old.content, PersonaMemory)
+                and old.valid_until is not None
+                and old.at < record.at < old.valid_until
+                and same_slot(old.content.topic, content.topic)
+            ):
+                self.store.update(
+                    user_id,
+                    "persona",
+                    old.id,
+                    old.content,
+                    embedding=old.embedding,
+                    **_When(old.at, record.at).keywords(f"ended by memory {record.id}"),
+                )
 
     def _restated(self, user_id: str, existing: MemoryRecord, when: _When) -> UpdateDecision:
         """The same content said again: a noop, unless it now holds for another span.

@@ -485,3 +485,45 @@ def test_times_without_a_zone_or_in_the_wrong_order_are_refused_before_any_write
         with pytest.raises(ValueError, match=problem):
             write("ada", content, **when)
     assert store.users() == []
+
+
+def test_a_later_standing_statement_ends_a_bounded_one_on_its_slot(
+    store: JsonlMemoryStore,
+) -> None:
+    updater = MemoryUpdater(store)
+    number = "phone number"
+    updater.update("ada", "persona", PersonaMemory(topic=number, preference="555-0100"), at=T0)
+    temporary = updater.update(
+        "ada",
+        "persona",
+        PersonaMemory(topic=number, preference="555-0199"),
+        at=T0 + DAY,
+        valid_until=T0 + 30 * DAY,
+    )
+    updater.update(
+        "ada", "persona", PersonaMemory(topic=number, preference="555-0777"), at=T0 + 5 * DAY
+    )
+    ended = store.get("ada", "persona", temporary.record.id)
+    assert ended.valid_until == T0 + 5 * DAY
+    assert ended.at == T0 + DAY
+    assert "ended by memory" in store.history("ada", "persona", ended.id)[0].reason
+    now = datetime.now(UTC)
+    assert [r.content.preference for r in store.list("ada", "persona") if r.holds_at(now)] == [
+        "555-0777"
+    ]
+
+
+def test_a_task_keeps_its_zone_so_today_ends_at_the_persons_midnight() -> None:
+    from datetime import timezone
+
+    from autopersona_flows.memory import RuleExtractor
+
+    new_york = timezone(timedelta(hours=-5))
+    record = RawTaskRecord(
+        user_id="ada",
+        query="book a desk",
+        persona=[PersonaMemory(topic="desk", preference="the quiet room, today only")],
+        at=datetime(2025, 1, 8, 20, 0, tzinfo=new_york),
+    )
+    (found,) = RuleExtractor().extract(record)
+    assert found.valid_until == datetime(2025, 1, 9, 0, 0, tzinfo=new_york)
