@@ -258,11 +258,12 @@ class JsonlMemoryStore:
             return bank.changes_since(since)
 
     def history(
-        self, user_id: str, layer: MemoryLayer, memory_id: str
+        self, user_id: str, layer: MemoryLayer, memory_id: str | None = None
     ) -> builtins.list[MemoryChange]:
         """Return a record's superseded and deleted versions; see `MemoryStore.history`."""
         with self._read(user_id, layer) as bank:
-            return [change for change in bank.read_history() if change.before.id == memory_id]
+            changes = bank.read_history()
+        return [c for c in changes if memory_id is None or c.before.id == memory_id]
 
     def users(self) -> builtins.list[str]:
         """Return every user with a bank here, sorted; see `MemoryStore.users`."""

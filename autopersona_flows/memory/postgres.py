@@ -377,14 +377,14 @@ class PostgresMemoryStore:
         )
 
     def history(
-        self, user_id: str, layer: MemoryLayer, memory_id: str
+        self, user_id: str, layer: MemoryLayer, memory_id: str | None = None
     ) -> builtins.list[MemoryChange]:
         """Return a record's superseded and deleted versions; see `MemoryStore.history`."""
         user, layer = self._key(user_id, layer)
         rows = self._conn().execute(
-            "SELECT change FROM autopersona_history WHERE user_id = %s AND layer = %s AND id = %s"
-            " ORDER BY seq",
-            (user, layer, memory_id),
+            "SELECT change FROM autopersona_history WHERE user_id = %s AND layer = %s"
+            " AND (%s::text IS NULL OR id = %s) ORDER BY seq",
+            (user, layer, memory_id, memory_id),
         )
         return [_change(raw, f"{self!r} {layer} history") for (raw,) in rows]
 

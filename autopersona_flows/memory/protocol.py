@@ -124,9 +124,12 @@ class MemoryStore(Protocol):
         ...
 
     def history(
-        self, user_id: str, layer: MemoryLayer, memory_id: str
+        self, user_id: str, layer: MemoryLayer, memory_id: str | None = None
     ) -> builtins.list[MemoryChange]:
-        """Return the superseded and deleted versions of a record, oldest first."""
+        """Return the superseded and deleted versions of a record, oldest first.
+
+        With ``memory_id=None``, those of every record of the layer, oldest first.
+        """
         ...
 
     def changes(self, user_id: str, layer: MemoryLayer, since: str | None = None) -> ChangeSet:

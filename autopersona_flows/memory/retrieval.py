@@ -12,6 +12,7 @@ import math
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
@@ -21,7 +22,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from autopersona_flows.errors import RetrievalError
 from autopersona_flows.memory.embedders import Embedder, HashingEmbedder, check_vectors
 from autopersona_flows.memory.index import BankIndex, Scoring, TimeView
-from autopersona_flows.memory.protocol import MemoryStore
+from autopersona_flows.memory.protocol import ChangeSet, MemoryStore
 from autopersona_flows.memory.records import LAYERS, LayerContent, MemoryLayer, MemoryRecord
 from autopersona_flows.memory.users import check_user_id
 
@@ -245,8 +246,8 @@ class MemoryRetriever:
                 then appear once per label.
             as_of: Look at the bank as of this time: only memories stated by then
                 (`MemoryRecord.at`) and not yet expired (``valid_until``). By
-                default, every memory not expired now. Versions an update replaced
-                are in `MemoryStore.history`, which this does not read.
+                default, every memory not expired now. Versions since replaced or
+                deleted count for the time they held (read from `MemoryStore.history`).
             include_past: Return expired memories too (and, with ``as_of``, those
                 stated later).
             recency_half_life: Weigh recency: a memory this much older than
@@ -277,7 +278,7 @@ class MemoryRetriever:
             mine = [search for search in searches if search.layer == layer]
             queries = list(dict.fromkeys(search.query for search in mine))
             taken: dict[str | None, set[str]] = {}
-            with self._index(user_id, layer) as index:
+            with self._index(user_id, layer, None if include_past else as_of) as index:
                 scores = index.scores_many(queries, embedded[[row[q] for q in queries]], time)
                 for search in mine:
                     found[layer] += self._top(
@@ -334,10 +335,11 @@ class MemoryRetriever:
         Only current memories (see ``as_of`` of `retrieve`).
         """
         check_user_id(user_id)
+        _check_as_of(as_of)
         wanted = tuple(sorted({word for word in words if word.strip()}))
         if not wanted:
             return []
-        with self._index(user_id, layer) as index:
+        with self._index(user_id, layer, as_of) as index:
             return _current(index.containing(wanted), as_of)
 
     def learned_at(
@@ -349,10 +351,11 @@ class MemoryRetriever:
         compared without case or extra spacing. Only current memories (see
         ``as_of`` of `retrieve`).
         """
+        _check_as_of(as_of)
         wanted = [context for context in contexts if context.strip()]
         if not wanted:
             return []
-        with self._index(user_id, "persona") as index:
+        with self._index(user_id, "persona", as_of) as index:
             return _current(index.learned_at(wanted), as_of)
 
     def find_exact(
@@ -399,7 +402,11 @@ class MemoryRetriever:
             )
         return results
 
-    def _index(self, user_id: str, layer: MemoryLayer) -> _HeldIndex:
+    def _index(
+        self, user_id: str, layer: MemoryLayer, as_of: datetime | None = None
+    ) -> AbstractContextManager[BankIndex]:
+        if as_of is not None:
+            return nullcontext(self._as_of(user_id, layer, as_of))
         key = (user_id, layer)
         with self._lock:
             entry = self._indexes.get(key)
@@ -413,6 +420,23 @@ class MemoryRetriever:
             else:
                 self._indexes.move_to_end(key)
         return _HeldIndex(self.store, user_id, layer, *entry)
+
+    def _as_of(self, user_id: str, layer: MemoryLayer, as_of: datetime) -> BankIndex:
+        """An index of the bank as it stood at ``as_of``, its history included.
+
+        A version an update replaced held from when it was said until the next
+        version was said; a deleted one until it was deleted. Built for the call:
+        looking back is rare, and the live index stays as it is.
+        """
+        records = {r.id: r for r in self.store.list(user_id, layer) if r.holds_at(as_of)}
+        for change in self.store.history(user_id, layer):
+            version = change.before
+            ended = change.after.at if change.after is not None else change.at
+            if version.id not in records and version.holds_at(as_of) and as_of < ended:
+                records[version.id] = version
+        index = BankIndex(self.embedder, self.scoring)
+        index.apply(ChangeSet(cursor="as-of", full=True, records=list(records.values())))
+        return index
 
 
 class _HeldIndex:

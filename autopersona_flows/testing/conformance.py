@@ -143,6 +143,10 @@ class MemoryStoreConformance:
             (record, "changed her mind"),
             (updated, "no longer holds"),
         ]
+        other = again.add(USER, persona("o"))
+        again.delete(USER, "persona", other.id)
+        everything = again.history(USER, "persona")
+        assert [c.before.id for c in everything] == [record.id, record.id, other.id]
         unsaid = again.add(USER, persona("u"))
         assert (unsaid.stated_at, unsaid.valid_until, unsaid.at) == (None, None, unsaid.updated_at)
 

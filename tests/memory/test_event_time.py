@@ -269,7 +269,7 @@ def test_a_decision_as_of_a_time_uses_what_held_then(store: JsonlMemoryStore) ->
 
     assert value() == "APA"
     assert value(as_of=T0 - DAY / 2) == "Chicago"  # kept as past until MLA was said
-    assert value(as_of=T0 + DAY) is None  # MLA is in the history, which as_of does not read
+    assert value(as_of=T0 + DAY) == "MLA"  # from the history: APA replaced it later
     assert value(as_of=T0 - 2 * DAY) is None
     with pytest.raises(RetrievalError, match="timezone-aware"):
         MemoryRetriever(store).containing("ada", "persona", ["style"], as_of=datetime(2025, 1, 1))
@@ -527,3 +527,29 @@ def test_a_task_keeps_its_zone_so_today_ends_at_the_persons_midnight() -> None:
     )
     (found,) = RuleExtractor().extract(record)
     assert found.valid_until == datetime(2025, 1, 9, 0, 0, tzinfo=new_york)
+
+
+def test_as_of_reads_what_an_update_or_a_delete_replaced_for_the_time_it_held(
+    store: JsonlMemoryStore,
+) -> None:
+    updater = MemoryUpdater(store)
+    seat = updater.update("ada", "persona", PersonaMemory(topic="seat", preference="window"), at=T0)
+    updater.update(
+        "ada", "persona", PersonaMemory(topic="seat", preference="aisle"), at=T0 + 10 * DAY
+    )
+    tone = updater.add("ada", PersonaMemory(topic="tone", preference="terse"), at=T0)
+    store.delete("ada", "persona", tone.id)
+    retriever = MemoryRetriever(store)
+
+    def said(query: str, when: datetime) -> list[str]:
+        found = retriever.retrieve("ada", [SearchRequest(layer="persona", query=query)], as_of=when)
+        return [m.record.content.preference for m in found.persona]
+
+    assert said("seat", T0 + DAY) == ["window"]
+    assert said("seat", T0 + 20 * DAY) == ["aisle"]
+    assert said("tone", T0 + DAY) == ["terse"]  # deleted long after
+    assert said("tone", datetime.now(UTC) + DAY) == []
+    assert (
+        retriever.containing("ada", "persona", ["window"], as_of=T0 + DAY)[0].id == seat.record.id
+    )
+    assert said("seat", datetime.now(UTC)) == ["aisle"]  # the live index is untouched
