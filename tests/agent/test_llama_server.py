@@ -119,3 +119,41 @@ def test_a_timeout_is_a_policy_error_after_the_retries(llama_url: str, agent_for
     ):
         agent_for(policy).decide(REQUEST)
     assert len(sent) == 2
+
+
+def test_the_extractor_over_the_real_server_stores_only_what_the_person_wrote(
+    llama_url: str, tmp_path: Path
+) -> None:
+    from datetime import UTC, datetime
+
+    from autopersona_flows import MemoryUpdater, RawTaskRecord
+    from autopersona_flows.errors import ExtractionError
+    from autopersona_flows.memory import OpenAICompatibleExtractor, ingest_task_history
+    from autopersona_flows.memory.phrases import content_roots
+
+    said = "Book me a flight to Oslo. I always sit in the aisle, and I'm vegetarian."
+    record = RawTaskRecord(user_id="ada", query=said, at=datetime(2025, 1, 8, tzinfo=UTC))
+    store = JsonlMemoryStore(tmp_path / "store")
+    client, sent = counting_client()
+    with (
+        client,
+        OpenAICompatibleExtractor(
+            llama_url, "smollm2", timeout=120, max_retries=2, client=client
+        ) as extractor,
+    ):
+        try:
+            ingest_task_history(store, MemoryUpdater(store), record, extractor=extractor)
+        except ExtractionError as exc:  # a model this small may answer nonsense thrice
+            error = str(exc)
+        else:
+            error = ""
+        assert extractor.response_format == "json_object"  # the server refused json_schema
+    assert sent[0].url.path.endswith("/chat/completions")
+    if error:
+        assert "after 3 requests" in error
+        assert store.users() == []  # nothing written
+        return
+    # What it kept, the model did not invent: every preference shares words with a
+    # quote of the person (the check refuses any other and asks again).
+    person = content_roots(said)
+    assert all(content_roots(m.content.preference) & person for m in store.list("ada", "persona"))
