@@ -132,8 +132,9 @@ def _cmd_ingest(args: argparse.Namespace) -> None:
         totals.update(ingest_task_history(store, updater, record).counts())
         if len(records) >= 100 and (done % step == 0 or done == len(records)):
             print(f"  {done}/{len(records)} tasks ({100 * done // len(records)}%)", file=sys.stderr)
-    for user_id in dict.fromkeys(record.user_id for record in records):
-        totals.update(f"persona:{d.operation}" for d in promote_choices(updater, user_id))
+    if args.promote:
+        for user_id in dict.fromkeys(record.user_id for record in records):
+            totals.update(f"persona:{d.operation}" for d in promote_choices(updater, user_id))
     summary = ", ".join(f"{key} {count}" for key, count in sorted(totals.items())) or "nothing"
     print(f"ingested {len(records)} tasks into {args.store}: {summary}")
 
@@ -341,6 +342,12 @@ def _parser() -> argparse.ArgumentParser:
     ingest.add_argument("store", help=_STORE_HELP + " (created if missing)")
     ingest.add_argument("file", help="one RawTaskRecord JSON object a line")
     ingest.add_argument("--embedder", default="hashing", help=_EMBEDDER_HELP)
+    ingest.add_argument(
+        "--no-promote",
+        dest="promote",
+        action="store_false",
+        help="do not turn choices repeated in 3 past tasks into persona memories afterwards",
+    )
     ingest.set_defaults(run=_cmd_ingest)
 
     reindex = commands.add_parser("reindex", help="re-embed memories made by another embedder")

@@ -83,7 +83,7 @@ def check_min_repeats(value: object) -> int:
 
 
 def promote_choices(
-    updater: MemoryUpdater, user_id: str, *, min_repeats: int = 3
+    updater: MemoryUpdater, user_id: str, *, min_repeats: int = 3, now: datetime | None = None
 ) -> list[UpdateDecision]:
     """Write the choices repeated across the user's past tasks as persona memories.
 
@@ -91,6 +91,8 @@ def promote_choices(
         updater: Writes through its store and resolver (see `MemoryUpdater`).
         user_id: Whose trajectories to read; no other user's are.
         min_repeats: In how many tasks of one kind a choice must recur.
+        now: The time trajectories past their ``valid_until`` are left out at; the
+            current time by default.
 
     Returns:
         The updater's decision for each choice found (``add`` the first time,
@@ -102,7 +104,7 @@ def promote_choices(
     """
     check_user_id(user_id)
     check_min_repeats(min_repeats)
-    now = datetime.now(UTC)
+    now = now or datetime.now(UTC)
     tasks = [
         task
         for record in updater.store.list(user_id, "trajectory")

@@ -304,7 +304,9 @@ def maintain_user(
         updater = MemoryUpdater(store, embedder)
         promoted = [
             decision.record.id
-            for decision in promote_choices(updater, user_id, min_repeats=choices_min_repeats)
+            for decision in promote_choices(
+                updater, user_id, min_repeats=choices_min_repeats, now=now
+            )
             if decision.operation != "noop" and decision.record is not None
         ]
     compacted = store.compact(user_id) if isinstance(store, Compactable) else 0

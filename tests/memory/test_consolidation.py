@@ -131,3 +131,28 @@ def test_nightly_maintenance_promotes_choices_once(updater: MemoryUpdater) -> No
     assert first.memories["persona"] == 1
     assert maintain_user(store, "ada").promoted == []
     assert maintain_user(store, "ada", choices_min_repeats=None).promoted == []
+
+
+def test_the_cli_promotes_after_ingesting_unless_told_not_to(run_cli, tmp_path: Path) -> None:
+    import orjson
+
+    from autopersona_flows.memory import RawTaskRecord
+
+    path = tmp_path / "tasks.jsonl"
+    path.write_bytes(
+        b"".join(
+            orjson.dumps(
+                RawTaskRecord(
+                    user_id="ada", query=query, trace=trace, at=T0 + timedelta(days=i)
+                ).model_dump(mode="json")
+            )
+            + b"\n"
+            for i, (query, trace, _) in enumerate(BOOKINGS)
+        )
+    )
+    for flags, persona in (((), 1), (("--no-promote",), 0)):
+        store = tmp_path / f"store{len(flags)}"
+        result = run_cli("ingest", str(store), str(path), *flags)
+        assert result.returncode == 0, result.stderr
+        assert len(JsonlMemoryStore(store).list("ada", "persona")) == persona
+        assert ("persona:add 1" in result.stdout) is bool(persona)
