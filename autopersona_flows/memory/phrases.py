@@ -114,7 +114,8 @@ CESSATION = re.compile(
 _CHANGE = re.compile(
     r"\b(?:(?<!for )now|nowadays|these days|lately|instead|switched|switching|changed|moved to"
     r"|moved|from now on|back on|back to|started|new|since|again|anymore|actually|turns out"
-    r"|turned out|correction|wrong|mixed (?:it |them )?up|what i said|i said before)\b"
+    r"|turned out|correction|wrong|mixed (?:it |them )?up|what i said|i said before"
+    r"|(?:'ve|have|has|'s) gone)\b"
 )
 
 _CLAUSE_BREAK = re.compile(

@@ -285,8 +285,9 @@ def test_a_decision_as_of_a_time_uses_what_held_then(store: JsonlMemoryStore) ->
             ("cat sitter", "Marta comes in twice a day"),
             ("pets", "Marta's moved to Porto so Miso goes to the cattery now"),
         ),
+        (("pizza", "pepperoni, thin crust"), ("takeaway pizza", "margherita, I've gone veggie")),
     ],
-    ids=["reworded", "correction", "named-in-value", "same-person"],
+    ids=["reworded", "correction", "named-in-value", "same-person", "gone"],
 )
 def test_a_change_announced_in_other_words_replaces_what_it_changes(
     store: JsonlMemoryStore, old: tuple[str, str], new: tuple[str, str]
