@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from autopersona_flows import _json
 from autopersona_flows.agent.agent import PersonaAgent
@@ -241,24 +242,24 @@ _COLUMNS = (
 )
 
 
-def _eval_judgement(args: argparse.Namespace) -> None:
-    from rich.console import Console  # noqa: PLC0415 - only this command draws a table
+def _category_table(
+    title: str,
+    columns: Sequence[tuple[str, str]],
+    categories: Mapping[str, Any],
+    overall: Any,
+    width: int,
+) -> None:
+    """Print scores per category, then overall, as a Rich table of ``columns``."""
+    from rich.console import Console  # noqa: PLC0415 - only the eval command draws a table
     from rich.table import Table  # noqa: PLC0415
 
-    cases = read_judgement_cases(args.cases)
-    embedder = get_embedder(args.embedder)
-    report = evaluate_judgement(cases, embedder=embedder)
-    if args.json:
-        # Names, labels, actions and metrics only: decisions quote memory contents.
-        print(_json.dumps(report.to_dict()).decode())
-        return
-    table = Table(title=f"judgement benchmark: {args.cases} ({embedder.name})")
+    table = Table(title=title)
     table.add_column("category")
-    for _, title in _COLUMNS:
-        table.add_column(title, justify="right")
-    rows = [*report.categories.items(), ("all", report.overall)]
+    for _, heading in columns:
+        table.add_column(heading, justify="right")
+    rows = [*categories.items(), ("all", overall)]
     for name, scores in rows:
-        cells = [getattr(scores, field) for field, _ in _COLUMNS]
+        cells = [getattr(scores, field) for field, _ in columns]
         table.add_row(
             name,
             *(
@@ -267,7 +268,19 @@ def _eval_judgement(args: argparse.Namespace) -> None:
             ),
             end_section=name == rows[-2][0],
         )
-    Console(width=160).print(table)
+    Console(width=width).print(table)
+
+
+def _eval_judgement(args: argparse.Namespace) -> None:
+    cases = read_judgement_cases(args.cases)
+    embedder = get_embedder(args.embedder)
+    report = evaluate_judgement(cases, embedder=embedder)
+    if args.json:
+        # Names, labels, actions and metrics only: decisions quote memory contents.
+        print(_json.dumps(report.to_dict()).decode())
+        return
+    title = f"judgement benchmark: {args.cases} ({embedder.name})"
+    _category_table(title, _COLUMNS, report.categories, report.overall, width=160)
     wrong = [result.name for result in report.results if not result.correct]
     if wrong:
         print(f"{len(wrong)} cases not right: {', '.join(wrong)}")
@@ -284,31 +297,14 @@ _TIMELINE_COLUMNS = (
 
 
 def _eval_timeline(args: argparse.Namespace) -> None:
-    from rich.console import Console  # noqa: PLC0415 - only this command draws a table
-    from rich.table import Table  # noqa: PLC0415
-
     cases = read_timeline_cases(args.cases)
     embedder = get_embedder(args.embedder)
     report = evaluate_timeline(cases, embedder=embedder)
     if args.json:
         print(_json.dumps(report.model_dump(mode="json")).decode())
         return
-    table = Table(title=f"memory over time: {args.cases} ({embedder.name})")
-    table.add_column("category")
-    for _, title in _TIMELINE_COLUMNS:
-        table.add_column(title, justify="right")
-    rows = [*report.categories.items(), ("all", report.overall)]
-    for name, scores in rows:
-        cells = [getattr(scores, field) for field, _ in _TIMELINE_COLUMNS]
-        table.add_row(
-            name,
-            *(
-                "-" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
-                for value in cells
-            ),
-            end_section=name == rows[-2][0],
-        )
-    Console(width=120).print(table)
+    title = f"memory over time: {args.cases} ({embedder.name})"
+    _category_table(title, _TIMELINE_COLUMNS, report.categories, report.overall, width=120)
     print(f"ingested {report.messages_per_second:.0f} messages/s")
     if report.failures:
         print(f"{len(report.failures)} checks not right: {'; '.join(report.failures)}")
