@@ -15,7 +15,8 @@ way a library user would (`ingest_task_history` with the default extractor, then
 - ``expired``: checks of a fact that has ended for which a current result still
   holds it;
 - ``messages_per_second``: ingestion throughput (a session counts its messages,
-  or one for its request).
+  or one for its request). Every case is a new person, so this includes making
+  their banks; ``benchmarks/memory_over_time.py`` measures long chat histories.
 """
 
 from __future__ import annotations
