@@ -94,6 +94,18 @@ _IMPLIED = re.compile(
     r"canceled|quit|ditched|stopped|dropped|gave up)\b(?P<rest>[^.!?;]*)",
     re.IGNORECASE,
 )
+# "Mum loves gardening stuff", "Leo's quit piano", "my husband is allergic to nuts":
+# what someone close to the person likes, stated by the person.
+_THEIRS = re.compile(
+    r"^(?:and\s+|so\s+|also\s+)?(?P<who>(?i:my\s+(?:mum|mom|dad|mother|father|wife|husband|"
+    r"partner|son|daughter|sister|brother|kids?|boss|nephew|niece|grandma|grandad))"
+    r"|(?!(?:It|Here|That|There|What|Who|He|She|Let|This|The|They|We|You)\b)[A-Z][a-z]+)"
+    r"(?:\s+(?i:really|now|just|still))?"
+    r"(?P<verb>(?i:\s+(?:loves|likes|hates|prefers|adores)|(?:'s|\s+is)\s+(?:into|allergic to)"
+    r"|\s+can't eat|(?:'s|\s+has)\s+(?:quit|stopped|gone off|given up)"
+    r"|\s+(?:quit|stopped|gave up)))"
+    r"\b(?P<rest>[^.!?;]*)",
+)
 _MY = re.compile(
     r"\b(?P<owner>(?i:my|our)|(?!(?:It|Here|That|There|What|Who|He|She|Let|This)'s)"
     r"[A-Z][a-z]+'s)\s+(?P<topic>(?i:[a-z][\w' -]{1,40}?))\s+"
@@ -207,7 +219,7 @@ def first_person(sentence: str) -> PersonaMemory | None:
         return PersonaMemory(topic=_BY_VERB[condition.group("verb").casefold()], preference=said)
     found = _STATEMENT.search(sentence) or _IMPLIED.search(sentence)
     if found is None:
-        return None
+        return _theirs(sentence, said)
     topic = _BY_VERB.get(found.group("verb").casefold()) or _object_topic(found.group("rest"))
     return None if topic is None else PersonaMemory(topic=topic, preference=said)
 
@@ -243,6 +255,18 @@ def _clause_of(preference: str, sentence: str) -> str:
 
 
 _CLAUSE = re.compile(r",\s+(?=(?:i|i'm|we|we're|my|our|and i|but i|so i)\b)", re.IGNORECASE)
+
+
+def _theirs(sentence: str, said: str) -> PersonaMemory | None:
+    """What someone close to the person likes, as the person said it ("Dad's into jazz")."""
+    found = _THEIRS.search(sentence)
+    if found is None:
+        return None
+    who = re.sub(r"(?i)^my\s+", "", found.group("who")).capitalize()
+    verb = found.group("verb").casefold()
+    allergy = "allergic" in verb or "can't" in verb
+    what = "allergies" if allergy else _object_topic(found.group("rest"))
+    return None if what is None else PersonaMemory(topic=f"{who}'s {what}", preference=said)
 
 
 # Where the object of a statement ends: a time, a reason, a condition.

@@ -107,7 +107,7 @@ CESSATION = re.compile(
     r"\b(?:no longer|not any ?more|any ?more|no more|stopped|quit|quitting|gave up|given up"
     r"|cut out|cut \w+ out|dropped|done with|(?<!\bbe )(?<!\bget )(?<!'m )(?<!am )(?<!got )used to"
     r"|formerly|previously|deleted|cancell?ed"
-    r"|uninstalled|ditched|sold|moved away"
+    r"|uninstalled|ditched|sold|moved away|gone off|went off"
     r"|not going back|is gone|are gone|not using)\b"
 )
 # "Now", "instead", "switched to": a new value replaces the old one.

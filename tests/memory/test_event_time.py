@@ -286,8 +286,12 @@ def test_a_decision_as_of_a_time_uses_what_held_then(store: JsonlMemoryStore) ->
             ("pets", "Marta's moved to Porto so Miso goes to the cattery now"),
         ),
         (("pizza", "pepperoni, thin crust"), ("takeaway pizza", "margherita, I've gone veggie")),
+        (
+            ("Dad's vinyl", "Dad's into jazz vinyl"),
+            ("Dad's records", "Dad's gone off records, he wants whisky now"),
+        ),
     ],
-    ids=["reworded", "correction", "named-in-value", "same-person", "gone"],
+    ids=["reworded", "correction", "named-in-value", "same-person", "gone", "someone-else"],
 )
 def test_a_change_announced_in_other_words_replaces_what_it_changes(
     store: JsonlMemoryStore, old: tuple[str, str], new: tuple[str, str]

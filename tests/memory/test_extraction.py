@@ -95,6 +95,10 @@ def test_dates_that_bound_nothing_are_ignored(text: str) -> None:
         ("I'm in Edinburgh till Friday for work", "location", None),
         ("I've given up caffeine completely, so tea please", "caffeine", None),
         ("Actually I've gone back to proper whole milk, the oat stuff was bad", "milk", None),
+        ("Mum loves gardening stuff for presents", "Mum's gardening", None),
+        ("Dad's into jazz vinyl", "Dad's vinyl", None),
+        ("Leo's quit piano, he wants football instead", "Leo's piano", None),
+        ("My husband is allergic to peanuts", "husband", "allergic to peanuts"),
     ],
 )
 def test_first_person_statements_become_memories(
@@ -114,6 +118,12 @@ def test_first_person_statements_become_memories(
         "I'm in the mood for something with Cate Blanchett",
         "It's the only thing I put in my coffee",
         "I'd like to book a flight to Rome",
+        "Sarah wants the window seat",
+        "It loves the sun",
+        "Sounds like a blast",
+        "Looks like you had fun",
+        "Dancing is like second nature to me",
+        "Their love gives me strength",
         "I'm in a meeting",
         "Never mind",
         "I'm doing great",
