@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Literal, Self, TypeVar
 import httpx
 from pydantic import BaseModel, ValidationError
 
+from autopersona_flows._validation import describe
 from autopersona_flows.errors import AutopersonaError
 
 __all__ = [
@@ -319,10 +320,7 @@ def validated_json(model: type[M], content: str, name: str) -> M:
     try:
         return model.model_validate_json(text)
     except ValidationError as exc:
-        problem = "; ".join(
-            f"{'.'.join(map(str, error['loc'])) or 'answer'}: {error['msg']}"
-            for error in exc.errors()
-        )
+        problem = describe(exc, "answer")
         raise InvalidOutputError(f"it is not a valid {name} object ({problem})") from None
 
 

@@ -17,6 +17,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
+from autopersona_flows._validation import describe
 from autopersona_flows.errors import IngestionError
 from autopersona_flows.memory.records import AwareDatetime, RawTaskRecord, Text, non_blank
 
@@ -95,11 +96,7 @@ def _message(raw: ChatMessage | Mapping[str, Any], index: int) -> ChatMessage:
     try:
         return ChatMessage.model_validate(dict(raw))
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(map(str, error['loc'])) or 'message'}: {error['msg']}"
-            for error in exc.errors()
-        )
-        raise IngestionError(f"message {index}: {problems}") from None
+        raise IngestionError(f"message {index}: {describe(exc, 'message')}") from None
 
 
 def _said(session: list[ChatMessage]) -> bool:

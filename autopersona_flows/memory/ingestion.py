@@ -9,6 +9,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from autopersona_flows._validation import describe
 from autopersona_flows.errors import IngestionError
 from autopersona_flows.memory.extraction import ExtractedMemory, Extractor, RuleExtractor
 from autopersona_flows.memory.protocol import MemoryStore
@@ -170,8 +171,4 @@ def read_task_records(lines: Iterable[bytes], source: str | Path) -> Iterator[Ra
         try:
             yield RawTaskRecord.model_validate_json(line)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(map(str, error['loc'])) or 'line'}: {error['msg']}"
-                for error in exc.errors()
-            )
-            raise IngestionError(f"{source}:{line_no}: {problems}") from None
+            raise IngestionError(f"{source}:{line_no}: {describe(exc, 'line')}") from None

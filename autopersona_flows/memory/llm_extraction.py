@@ -26,6 +26,7 @@ from autopersona_flows._chat import (
     InvalidOutputError,
     validated_json,
 )
+from autopersona_flows._validation import describe
 from autopersona_flows.errors import ExtractionError
 from autopersona_flows.memory.extraction import ExtractedMemory, names_secret, person_texts
 from autopersona_flows.memory.phrases import content_roots, root, words
@@ -207,8 +208,7 @@ def _checked(
         try:
             memory = PersonaMemory(topic=topic, preference=preference)
         except ValidationError as exc:
-            problem = "; ".join(error["msg"] for error in exc.errors())
-            raise InvalidOutputError(f"memories[{i}] cannot be stored ({problem})") from None
+            raise InvalidOutputError(f"memories[{i}] cannot be stored ({describe(exc)})") from None
         if given.until is None or not given.until.strip():
             until = valid_until(given.quote, at)
         else:

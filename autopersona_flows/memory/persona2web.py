@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from autopersona_flows import _json
+from autopersona_flows._validation import describe
 from autopersona_flows.errors import IngestionError
 from autopersona_flows.memory.records import JsonValue, RawTaskRecord, Text
 from autopersona_flows.memory.text import json_text
@@ -88,12 +89,7 @@ def _case(raw: Any) -> Persona2WebCase:
 
 
 def _describe(exc: ValidationError | ValueError) -> str:
-    if isinstance(exc, ValidationError):
-        return "; ".join(
-            f"{'.'.join(map(str, error['loc'])) or 'value'}: {error['msg']}"
-            for error in exc.errors()
-        )
-    return str(exc)
+    return describe(exc) if isinstance(exc, ValidationError) else str(exc)
 
 
 def load_persona2web(path: str | Path) -> list[Persona2WebCase]:

@@ -1,4 +1,4 @@
-"""What both evaluations share: ratios, reading JSONL, describing validation errors."""
+"""What the evaluations share: ratios, reading JSONL cases, telling which kind a file is."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from typing import Literal, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from autopersona_flows import _json
+from autopersona_flows._validation import describe
 from autopersona_flows.errors import EvaluationError
 
-__all__ = ["cases_kind", "describe", "f1", "lines", "ratio", "read_cases"]
+__all__ = ["cases_kind", "f1", "lines", "ratio", "read_cases"]
 
 Case = TypeVar("Case", bound=BaseModel)
 
@@ -63,13 +64,6 @@ def cases_kind(path: str | Path) -> Literal["judgement", "clarification", "timel
             return "timeline"
         return "clarification" if isinstance(first, dict) and "expect" not in first else "judgement"
     return "judgement"
-
-
-def describe(exc: ValidationError) -> str:
-    """Every error of ``exc`` as ``field.path: message``, on one line."""
-    return "; ".join(
-        f"{'.'.join(map(str, error['loc'])) or 'value'}: {error['msg']}" for error in exc.errors()
-    )
 
 
 def read_cases(path: str | Path, model: type[Case], what: str) -> list[Case]:

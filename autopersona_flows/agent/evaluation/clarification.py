@@ -27,6 +27,7 @@ from pydantic import (
     model_validator,
 )
 
+from autopersona_flows._validation import describe
 from autopersona_flows.agent.agent import PersonaAgent
 from autopersona_flows.agent.decisions import (
     ClarifyDecision,
@@ -35,7 +36,6 @@ from autopersona_flows.agent.decisions import (
     PersonaRequest,
 )
 from autopersona_flows.agent.evaluation._common import (
-    describe,
     f1,
     lines,
     ratio,

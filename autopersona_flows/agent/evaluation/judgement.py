@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from autopersona_flows._validation import describe
 from autopersona_flows.agent.agent import PersonaAgent
 from autopersona_flows.agent.decisions import (
     ClarifyDecision,
@@ -28,7 +29,7 @@ from autopersona_flows.agent.decisions import (
     NonBlank,
     PersonaRequest,
 )
-from autopersona_flows.agent.evaluation._common import describe, read_cases
+from autopersona_flows.agent.evaluation._common import read_cases
 from autopersona_flows.agent.evaluation.noise import noise_memories
 from autopersona_flows.agent.evaluation.reports import (
     CategoryScores,
