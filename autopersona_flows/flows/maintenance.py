@@ -43,10 +43,13 @@ def _maintain(
     path = write_snapshot(snapshot, folder / f"{stamp}-{snapshot.fingerprint[:16]}.json")
     # Ids, counts and the fingerprint only: memory contents never reach the logs.
     get_run_logger().info(
-        "user %s: %d expired, %d merged, %d dead entries compacted, fingerprint sha256:%s",
+        "user %s: %d expired, %d retired, %d merged, %d promoted, %d dead entries compacted,"
+        " fingerprint sha256:%s",
         user_id,
         len(report.expired),
+        len(report.retired),
         len(report.merged),
+        len(report.promoted),
         report.compacted,
         snapshot.fingerprint,
     )
@@ -68,9 +71,11 @@ def memory_maintenance(
     """Expire, consolidate, compact and snapshot the memory of every user (or one).
 
     Per user, as its own task: workspace memories older than the age are deleted,
-    near-duplicates are merged through the update guards (the newer wording stays),
-    the banks are compacted, and a snapshot is exported. A table artifact reports
-    what changed and each snapshot's fingerprint; memory contents are never logged.
+    memories whose validity ended are retired to history, near-duplicates are
+    merged through the update guards (the newer wording stays), choices repeated
+    across past tasks become persona memories, the banks are compacted, and a
+    snapshot is exported. A table artifact reports what changed and each
+    snapshot's fingerprint; memory contents are never logged.
 
     Args:
         user_id: Only this user; every user of the store if ``None``.
@@ -81,7 +86,8 @@ def memory_maintenance(
             setting, or ``$PREFECT_HOME/autopersona/snapshots``, if ``None``.
 
     Returns:
-        One report per user: ``expired`` and ``merged`` ids, ``compacted`` entries,
+        One report per user: ``expired``, ``retired``, ``merged`` and ``promoted``
+        ids, ``compacted`` entries,
         ``memories`` per layer, the snapshot's ``fingerprint`` and file.
     """
     store = current_runtime().agent.retriever.store
@@ -101,7 +107,9 @@ def memory_maintenance(
             {
                 "user": report["user_id"],
                 "expired": len(report["expired"]),
+                "retired": len(report["retired"]),
                 "merged": len(report["merged"]),
+                "promoted": len(report["promoted"]),
                 "compacted": report["compacted"],
                 "memories": ", ".join(f"{k} {v}" for k, v in report["memories"].items()),
                 "fingerprint": f"sha256:{report['fingerprint']}",

@@ -31,6 +31,7 @@ from autopersona_flows.memory.maintenance import (
     consolidate_duplicates,
     expire_workspace,
     maintain_user,
+    retire_expired,
 )
 from autopersona_flows.memory.persona2web import (
     Persona2WebCase,
@@ -142,6 +143,7 @@ __all__ = [
     "refine_trajectory",
     "refine_workspace",
     "reindex_user",
+    "retire_expired",
     "same_slot",
     "valid_until",
     "write_snapshot",

@@ -1,6 +1,6 @@
 """Scheduled upkeep of a user's memory bank: expire, consolidate, compact.
 
-`maintain_user` runs the three steps for one user and returns a `MaintenanceReport`
+`maintain_user` runs the steps for one user and returns a `MaintenanceReport`
 of ids and counts, never contents, so it can be logged or published as it is. Each
 step holds one bank's lock at a time, so the user's other banks stay writable, and
 every removal goes through `MemoryStore.delete`: what is removed stays in the change
@@ -31,6 +31,7 @@ __all__ = [
     "consolidate_duplicates",
     "expire_workspace",
     "maintain_user",
+    "retire_expired",
 ]
 
 
@@ -73,6 +74,8 @@ class MaintenanceReport(BaseModel):
     Attributes:
         user_id: Whose bank was maintained.
         expired: Ids of the workspace memories removed for their age.
+        retired: Ids of the memories of any layer removed because their
+            ``valid_until`` had passed (see `retire_expired`).
         merged: The near-duplicate merges, in the order they were made.
         promoted: Ids of the persona memories written for choices repeated across
             past tasks (see `promote_choices`), added or updated.
@@ -85,6 +88,7 @@ class MaintenanceReport(BaseModel):
 
     user_id: str
     expired: list[str] = Field(default_factory=list)
+    retired: list[str] = Field(default_factory=list)
     merged: list[MemoryMerge] = Field(default_factory=list)
     promoted: list[str] = Field(default_factory=list)
     compacted: Annotated[int, Field(ge=0)] = 0
@@ -158,6 +162,44 @@ def expire_workspace(
         for memory_id in expired:
             store.delete(user_id, "workspace", memory_id, reason="expired")
     return expired
+
+
+def retire_expired(store: MemoryStore, user_id: str, *, now: datetime | None = None) -> list[str]:
+    """Delete the user's memories, of every layer, whose ``valid_until`` has passed.
+
+    Retrieval already leaves such memories out of current results; retiring them
+    moves them to the change history (reason ``"expired"``), where a look back
+    with ``as_of`` still finds them for the time they held, and keeps them from
+    weighing on the lexical statistics of what is current.
+
+    Args:
+        store: The memory store.
+        user_id: Whose memories to retire.
+        now: The reference time; the current time by default.
+
+    Returns:
+        The ids of the retired memories, layer by layer, oldest first.
+
+    Raises:
+        InvalidUserIdError: If ``user_id`` is not a valid user id.
+        ValueError: If ``now`` is not a timezone-aware datetime.
+    """
+    check_user_id(user_id)
+    now = _check_now(now)
+
+    def ended(layer: MemoryLayer) -> list[str]:
+        records = sorted(store.list(user_id, layer), key=_age)
+        return [r.id for r in records if r.valid_until is not None and r.valid_until <= now]
+
+    retired = []
+    for layer in LAYERS:
+        if not ended(layer):  # read first: no write lock (nor a new bank folder) for nothing
+            continue
+        with store.locked(user_id, layer):
+            for memory_id in ended(layer):
+                store.delete(user_id, layer, memory_id, reason="expired")
+                retired.append(memory_id)
+    return retired
 
 
 def consolidate_duplicates(
@@ -257,7 +299,7 @@ def maintain_user(
     now: datetime | None = None,
     choices_min_repeats: int | None = 3,
 ) -> MaintenanceReport:
-    """Expire stale workspace, merge near duplicates, promote choices, then compact.
+    """Expire stale workspace, retire what ended, merge near duplicates, promote, compact.
 
     Every argument is checked before anything is changed. A user without
     memories is not an error (a job going through `MemoryStore.users` may meet
@@ -271,7 +313,8 @@ def maintain_user(
         duplicate_threshold: See `consolidate_duplicates`.
         workspace_max_age: Expire workspace memories older than this (see
             `expire_workspace`); ``None`` expires nothing.
-        now: The reference time for expiry; the current time by default.
+        now: The reference time for expiry, retirement and promotion; the current
+            time by default.
         choices_min_repeats: Promote a choice repeated in this many past tasks of
             one kind to a persona memory (see `promote_choices`); ``None`` does not.
 
@@ -292,6 +335,7 @@ def maintain_user(
     expired = []
     if workspace_max_age is not None:
         expired = expire_workspace(store, user_id, _check_age(workspace_max_age), now=now)
+    retired = retire_expired(store, user_id, now=now)
     merged = [
         merge
         for layer in LAYERS
@@ -314,6 +358,7 @@ def maintain_user(
     return MaintenanceReport(
         user_id=user_id,
         expired=expired,
+        retired=retired,
         merged=merged,
         promoted=promoted,
         compacted=compacted,

@@ -154,7 +154,9 @@ def test_every_user_is_maintained_snapshotted_and_reported_without_contents(
 
     messages = run_logs(flow_run_id, expected=2)
     assert any(
-        m.startswith("user ada: 1 expired, 1 merged") and ada["fingerprint"] in m for m in messages
+        m.startswith("user ada: 1 expired, 0 retired, 1 merged, 0 promoted")
+        and ada["fingerprint"] in m
+        for m in messages
     )
     assert not [m for m in messages if MARKER in m]
 

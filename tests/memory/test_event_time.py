@@ -21,7 +21,7 @@ from autopersona_flows.memory import (
     WorkspaceMemory,
     ingest_task_history,
 )
-from autopersona_flows.memory.maintenance import expire_workspace
+from autopersona_flows.memory.maintenance import expire_workspace, maintain_user, retire_expired
 
 DAY = timedelta(days=1)
 T0 = datetime(2025, 1, 6, 9, 0, tzinfo=UTC)
@@ -558,3 +558,33 @@ def test_as_of_reads_what_an_update_or_a_delete_replaced_for_the_time_it_held(
         retriever.containing("ada", "persona", ["window"], as_of=T0 + DAY)[0].id == seat.record.id
     )
     assert said("seat", datetime.now(UTC)) == ["aisle"]  # the live index is untouched
+
+
+def test_maintenance_retires_what_ended_and_a_look_back_still_finds_it(
+    store: JsonlMemoryStore,
+) -> None:
+    updater = MemoryUpdater(store)
+    trip = updater.add(
+        "ada",
+        PersonaMemory(topic="hotel city", preference="Lisbon"),
+        at=T0,
+        valid_until=T0 + 7 * DAY,
+    )
+    standing = updater.add("ada", PersonaMemory(topic="seat", preference="aisle"), at=T0)
+    busy = updater.add("ada", WorkspaceMemory(state="on call"), at=T0, valid_until=T0 + 2 * DAY)
+
+    assert retire_expired(store, "ada", now=T0 + DAY) == []
+    report = maintain_user(store, "ada", now=T0 + 10 * DAY, choices_min_repeats=None)
+
+    assert report.retired == [busy.id, trip.id]  # layer by layer: workspace, then persona
+    assert [r.id for r in store.list("ada", "persona")] == [standing.id]
+    assert store.list("ada", "workspace") == []
+    (change,) = store.history("ada", "persona", trip.id)
+    assert (change.operation, change.reason) == ("delete", "expired")
+    then = MemoryRetriever(store).retrieve(
+        "ada", [SearchRequest(layer="persona", query="hotel city")], as_of=T0 + 3 * DAY
+    )
+    assert trip.id in [s.record.id for s in then.persona]
+    assert maintain_user(store, "ada", now=T0 + 10 * DAY).retired == []
+    with pytest.raises(ValueError, match="timezone-aware"):
+        retire_expired(store, "ada", now=datetime(2025, 1, 1))
