@@ -100,3 +100,17 @@ def test_the_memory_layer_does_not_import_prefect() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "False"
+
+
+def test_walking_the_package_imports_every_module_without_running_the_cli() -> None:
+    # pydoc, Sphinx and test collectors import every module: none may start the CLI.
+    walk = (
+        "import importlib, pkgutil, autopersona_flows as p\n"
+        "for m in pkgutil.walk_packages(p.__path__, 'autopersona_flows.'):\n"
+        "    importlib.import_module(m.name)\n"
+        "print('walked')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", walk], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "walked"), done.stderr[-2000:]

@@ -1,5 +1,6 @@
 """User ids: every distinct id gets its own bank folder, always inside the store root."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -7,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from autopersona_flows import InvalidUserIdError, JsonlMemoryStore, PersonaMemory
+from autopersona_flows.memory import MemoryRecord
 from autopersona_flows.memory.users import check_user_id, user_key
 
 # Valid Unicode text: every code point except the lone surrogates.
@@ -82,3 +84,15 @@ def test_invalid_ids_are_rejected(user_id: object, message: str, tmp_path: Path)
     with pytest.raises(InvalidUserIdError, match=message):
         JsonlMemoryStore(tmp_path).list(user_id, "persona")  # type: ignore[arg-type]
     assert not any(tmp_path.iterdir())
+
+
+def test_the_longest_id_the_readme_promises_works(tmp_path: Path) -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    promised = re.search(r"user id of valid Unicode up to ([\d,]+) characters", readme)
+    assert promised, "the README no longer states the user id limit"
+    longest = int(promised.group(1).replace(",", ""))
+    store = JsonlMemoryStore(tmp_path)
+    store.add("é" * longest, MemoryRecord.of(PersonaMemory(topic="tone", preference="terse")))
+    assert len(store.list("é" * longest, "persona")) == 1
+    with pytest.raises(InvalidUserIdError, match=f"at most {longest}"):
+        check_user_id("é" * (longest + 1))
