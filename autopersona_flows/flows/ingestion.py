@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -20,6 +21,8 @@ from autopersona_flows.memory.ingestion import ingest_task_history, read_task_re
 from autopersona_flows.memory.records import RawTaskRecord
 
 __all__ = ["ingest_history"]
+
+_MICROSECOND = timedelta(microseconds=1)
 
 
 @task(
@@ -49,9 +52,13 @@ def ingest_history(
     The whole file is validated before anything is written, so a bad line near the
     end leaves every bank untouched. Tasks are written in batches, each a Prefect
     task, and a progress artifact follows them. A retry of the same flow run skips
-    the batches it already wrote; a batch that failed half-way is written again in
-    full, so its trajectories may be stored twice (its preferences resolve to no-ops).
-    The store and embedder are the runtime's (`AutopersonaSettings` in a deployment).
+    the batches it already wrote, and a batch that failed half-way stores nothing
+    twice: a task without its own time (`RawTaskRecord.at`) is stated at the flow
+    run's creation plus its line's index in microseconds, so the retry meets the
+    very tasks it wrote (same content, same time) and resolves them to no-ops, and
+    the file's order stays the order things were said. A separate run of the
+    file is new tasks. The store and embedder are the runtime's
+    (`AutopersonaSettings` in a deployment).
 
     Args:
         path: The file, as the worker sees it.
@@ -70,10 +77,15 @@ def ingest_history(
         data = file.read_bytes()
     except OSError as exc:
         raise IngestionError(f"cannot read {file}: {exc.strerror}") from exc
-    records = list(read_task_records(data.splitlines(), file))
     digest = hashlib.sha256(data).hexdigest()
     context = FlowRunContext.get()
-    episode = str(context.flow_run.id) if context and context.flow_run else digest
+    run = context.flow_run if context else None
+    episode = str(run.id) if run else digest
+    created = (run.created if run else None) or datetime.now(UTC)
+    records = [
+        record if record.at else record.model_copy(update={"at": created + index * _MICROSECOND})
+        for index, record in enumerate(read_task_records(data.splitlines(), file))
+    ]
     storage = current_runtime().result_storage
     run_batch = _ingest_batch.with_options(result_storage=storage) if storage else _ingest_batch
 
