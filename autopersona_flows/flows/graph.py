@@ -8,7 +8,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from autopersona_flows.agent.decisions import Requirement
 from autopersona_flows.errors import GraphError
@@ -16,7 +16,11 @@ from autopersona_flows.errors import GraphError
 __all__ = ["GraphSpec", "NodeSpec", "TaskGraph", "TaskNode", "resolve_tool"]
 
 _NODE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
-_IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+# ASCII classes rather than \w: the same pattern goes into the run form's JSON schema,
+# which the server checks with its own (ECMA) regex dialect.
+_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+_IMPORT_PATH = re.compile(rf"^{_NAME}(?:\.{_NAME})*:{_NAME}$")
+_ATTRIBUTE_PATH = re.compile(rf"^{_NAME}(?:\.{_NAME})*:{_NAME}(?:\.{_NAME})+$")
 
 
 def _node_id(value: str) -> str:
@@ -28,32 +32,74 @@ def _node_id(value: str) -> str:
     return value
 
 
+def _import_path_problem(path: str) -> str | None:
+    """Why ``path`` is not ``"package.module:function"``, or None if it is."""
+    if _IMPORT_PATH.match(path):
+        return None
+    if _ATTRIBUTE_PATH.match(path):
+        # getattr along a dotted path leaves the module: 'json:codecs.sys.exit' is
+        # sys.exit, reached through the modules json imports.
+        return (
+            f"tool {path!r} must be 'package.module:function': after ':' comes one "
+            "function of the module, not a dotted path through what it imports"
+        )
+    return f"tool {path!r} is not an import path 'package.module:function'"
+
+
 def _tool(value: Any) -> Any:
     if isinstance(value, str):
-        if not _IMPORT_PATH.match(value):
-            raise ValueError(f"tool {value!r} must be a callable or 'package.module:function'")
+        if problem := _import_path_problem(value):
+            raise ValueError(problem)
     elif not callable(value):
         raise ValueError(f"tool must be a callable or an import path, got {type(value).__name__}")
     return value
 
 
-def resolve_tool(tool: Callable[..., Any] | str) -> Callable[..., Any]:
+def _tool_path(value: Any) -> Any:
+    if isinstance(value, str) and (problem := _import_path_problem(value)):
+        raise ValueError(problem)
+    return value
+
+
+def resolve_tool(
+    tool: Callable[..., Any] | str, *, allowed: Callable[[str], bool] | None = None
+) -> Callable[..., Any]:
     """Return the callable a node's ``tool`` names.
 
+    Args:
+        tool: A callable, returned as it is, or an import path
+            ``"package.module:function"`` (one name after the colon, no dots).
+        allowed: Whether a module, by its dotted name, may provide tools; any may if
+            None. The path's module is checked before it is imported, and the module
+            the callable is defined in (its ``__module__``) after: a function merely
+            imported into an allowed module (``from os import system``) is refused.
+
     Raises:
-        GraphError: If an import path does not lead to a callable.
+        GraphError: If an import path is malformed, names a module `allowed`
+            refuses, does not lead to a callable, or leads to one defined in a
+            module `allowed` refuses.
     """
     if not isinstance(tool, str):
         return tool
-    module_name, _, attribute = tool.partition(":")
+    if problem := _import_path_problem(tool):
+        raise GraphError(problem)
+    module_name, _, name = tool.partition(":")
+    if allowed is not None and not allowed(module_name):
+        raise GraphError(f"tool {tool!r} is outside the allowed tool modules")
     try:
-        target: Any = importlib.import_module(module_name)
-        for part in attribute.split("."):
-            target = getattr(target, part)
+        target: Any = getattr(importlib.import_module(module_name), name)
     except (ImportError, AttributeError) as exc:
         raise GraphError(f"cannot import tool {tool!r}: {exc}") from exc
     if not callable(target):
         raise GraphError(f"tool {tool!r} is a {type(target).__name__}, not a callable")
+    if allowed is not None:
+        home = getattr(target, "__module__", None)
+        if not isinstance(home, str) or not allowed(home):
+            raise GraphError(
+                f"tool {tool!r} is defined in {home!r}, outside the allowed tool modules: "
+                f"a tool must be defined in an allowed module, not only imported into one "
+                f"({module_name!r})"
+            )
     return target
 
 
@@ -94,8 +140,12 @@ class NodeSpec(TaskNode):
         tool: ``"package.module:function"``, importable where the run executes.
     """
 
+    # The pattern goes into the run form's schema, which the server checks too; the
+    # before-validator, which wraps it, runs first to say what is wrong in words.
     tool: Annotated[
-        str, Field(pattern=_IMPORT_PATH.pattern, examples=["examples.paper_tools:draft"])
+        str,
+        Field(pattern=_IMPORT_PATH.pattern, examples=["examples.paper_tools:draft"]),
+        BeforeValidator(_tool_path),
     ]
 
 

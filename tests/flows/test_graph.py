@@ -1,11 +1,15 @@
 """Task graph validation: every malformed graph is a GraphError naming the nodes."""
 
+import sys
+from collections.abc import Callable
+
 import pytest
 from pydantic import ValidationError
 
 from autopersona_flows.agent import Requirement
 from autopersona_flows.errors import GraphError
-from autopersona_flows.flows.graph import TaskGraph, TaskNode, resolve_tool
+from autopersona_flows.flows import AutopersonaSettings
+from autopersona_flows.flows.graph import NodeSpec, TaskGraph, TaskNode, resolve_tool
 
 
 def tool(**_: object) -> str:
@@ -66,6 +70,8 @@ def test_a_cycle_message_names_only_the_nodes_on_it() -> None:
         ({"id": "../x", "tool": tool}, "node id"),
         ({"id": "a", "tool": 42}, "callable or an import path"),
         ({"id": "a", "tool": "not an import path"}, "package.module:function"),
+        ({"id": "a", "tool": "json:codecs.sys.exit"}, "not a dotted path"),
+        ({"id": "a", "tool": "json..decoder:f"}, "package.module:function"),
         ({"id": "a", "tool": tool, "depends_on": ["b", "b"]}, "repeats"),
         ({"id": "a", "tool": tool, "requires": [{"name": ""}]}, "requires"),
     ],
@@ -89,3 +95,51 @@ def test_tools_resolve_from_import_paths() -> None:
         TaskNode(id="cite", tool="autopersona_flows.memory.text:terms", requires=requires).requires
         == requires
     )
+
+
+@pytest.mark.parametrize("path", ["json:codecs.sys.exit", "examples.reading_group:os.sys.exit"])
+def test_a_tool_path_is_one_function_of_a_module_not_a_path_through_it(path: str) -> None:
+    # Walking the attributes would reach sys.exit through the modules json imports.
+    for build in (TaskNode, NodeSpec):
+        with pytest.raises(ValidationError, match=rf"tool '{path}' .*not a dotted path"):
+            build(id="a", tool=path)
+    with pytest.raises(GraphError, match=rf"tool '{path}' .*not a dotted path"):
+        resolve_tool(path)  # as for a node built without validation
+
+
+def allow(*names: str) -> Callable[[str], bool]:
+    return AutopersonaSettings(tool_modules=",".join(names)).allows_module
+
+
+def test_an_allow_list_refuses_a_module_before_importing_it(tool_modules) -> None:
+    tool = f"{tool_modules.unimported}:record"
+
+    with pytest.raises(GraphError, match=rf"tool '{tool}' is outside the allowed tool modules"):
+        resolve_tool(tool, allowed=allow(tool_modules.package))
+
+    assert tool_modules.unimported not in sys.modules
+    assert tool_modules.forbidden_calls() == []
+
+
+def test_an_allow_list_refuses_a_function_only_imported_into_an_allowed_module(
+    tool_modules,
+) -> None:
+    allowed = allow(tool_modules.package)
+
+    with pytest.raises(
+        GraphError,
+        match=rf"defined in '{tool_modules.forbidden}', outside the allowed tool modules",
+    ):
+        resolve_tool(f"{tool_modules.allowed}:record", allowed=allowed)
+    with pytest.raises(GraphError, match=r"defined in '(posix|nt)'"):
+        resolve_tool("os:system", allowed=allow("os"))  # os only imports it from posix
+    with pytest.raises(GraphError, match="defined in 'builtins'"):
+        resolve_tool(f"{tool_modules.allowed}:__class__", allowed=allowed)  # every module's
+
+    summarise = resolve_tool(f"{tool_modules.allowed}:summarise", allowed=allowed)
+    assert summarise is sys.modules[tool_modules.allowed].summarise
+    # Without an allow-list a re-export is fine: packages re-export their own functions.
+    assert (
+        resolve_tool(f"{tool_modules.allowed}:record") is sys.modules[tool_modules.forbidden].record
+    )
+    assert tool_modules.forbidden_calls() == []
