@@ -1,5 +1,8 @@
 """Task graph validation: every malformed graph is a GraphError naming the nodes."""
 
+import itertools
+import random
+import re
 import sys
 from collections.abc import Callable
 
@@ -60,6 +63,54 @@ def test_a_cycle_message_names_only_the_nodes_on_it() -> None:
         TaskGraph([node("start"), node("a", "start", "b"), node("b", "a"), node("end", "b")])
     assert "'start'" not in str(info.value)
     assert "'end'" not in str(info.value)
+
+
+def test_a_small_cycle_is_named_exactly() -> None:
+    with pytest.raises(GraphError) as info:
+        TaskGraph([node("start"), node("b", "a"), node("c", "b"), node("a", "start", "c")])
+    # Named from the node declared first, in the order the nodes would run.
+    assert str(info.value) == (
+        "the graph has a cycle through 'b' -> 'c' -> 'a' -> 'b'; 3 nodes in all lie on cycles"
+    )
+
+
+def test_the_count_takes_every_cycle_and_only_the_nodes_on_them() -> None:
+    # Two cycles, a node between them and one after: both cut off, on neither.
+    nodes = [
+        node("a", "b"),
+        node("b", "a"),
+        node("between", "b"),
+        node("c", "e", "between"),
+        node("d", "c"),
+        node("e", "d"),
+        node("after", "e"),
+    ]
+    with pytest.raises(GraphError, match=r"; 5 nodes in all lie on cycles$"):
+        TaskGraph(nodes)
+
+
+def test_a_long_cycle_is_named_in_a_bounded_message() -> None:
+    size = 2_000
+    ids = [f"step-{i:04d}" for i in range(size)]
+    nodes = [node(ids[i], ids[i - 1]) for i in range(size)]  # step-0000 needs step-1999
+    nodes = [node("root"), *random.Random(7).sample(nodes, size), node("leaf", ids[5])]
+    depends_on = {n.id: set(n.depends_on) for n in nodes}
+
+    with pytest.raises(GraphError) as info:
+        TaskGraph(nodes)
+
+    message = str(info.value)
+    assert len(message) < 1_000
+    assert message.endswith(f"; {size} nodes in all lie on cycles")
+    shown, more, closing = re.fullmatch(
+        r"the graph has a cycle through (.*) -> … \((\d+) more\) -> '([^']+)'; .*", message
+    ).groups()
+    named = [name.strip("'") for name in shown.split(" -> ")]
+    assert len(named) == 10
+    assert len(named) + int(more) == size
+    assert closing == named[0]
+    for before, after in itertools.pairwise(named):
+        assert before in depends_on[after], f"{after} does not depend on {before}"
 
 
 @pytest.mark.parametrize(
