@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from prefect import flow
@@ -70,7 +71,8 @@ def graph_runner(
 
     Raises:
         GraphError: If the graph is malformed or names a tool outside ``tool_modules``
-            (nothing is imported or run then).
+            (no module outside them is imported, no tool run), or one defined outside
+            them and imported into one (no tool is run).
     """
     settings = load_settings()
     for node in graph.nodes:
@@ -79,11 +81,15 @@ def graph_runner(
                 f"node {node.id!r} names tool {node.tool!r}, outside the allowed modules "
                 f"{settings.tool_modules!r} (PREFECT_INTEGRATIONS_AUTOPERSONA_TOOL_MODULES)"
             )
-    return _run_graph(graph.to_graph(), user_id, query, episode_id)
+    return _run_graph(graph.to_graph(), user_id, query, episode_id, allowed=settings.allows_module)
 
 
 def _run_graph(
-    graph: TaskGraph, user_id: str, query: str, episode_id: str | None
+    graph: TaskGraph,
+    user_id: str,
+    query: str,
+    episode_id: str | None,
+    allowed: Callable[[str], bool] | None = None,
 ) -> dict[str, Any]:
     # The body of both flows; suspending is only allowed in a flow's own body, so
     # neither may call the other as a subflow.
@@ -97,7 +103,9 @@ def _run_graph(
             f"persona graphs need a thread-based task runner (the default "
             f"ThreadPoolTaskRunner), not {type(runner).__name__}"
         )
-    tools_by_node = {node_id: resolve_tool(node.tool) for node_id, node in graph.nodes.items()}
+    tools_by_node = {
+        node_id: resolve_tool(node.tool, allowed=allowed) for node_id, node in graph.nodes.items()
+    }
     runtime = current_runtime()
     counter = StepCounter()
     steps = NodeSteps(runtime, episode_of(runtime, episode_id), counter)

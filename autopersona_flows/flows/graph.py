@@ -5,18 +5,23 @@ from __future__ import annotations
 import heapq
 import importlib
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from autopersona_flows.agent.decisions import Requirement
 from autopersona_flows.errors import GraphError
 
 __all__ = ["GraphSpec", "NodeSpec", "TaskGraph", "TaskNode", "resolve_tool"]
 
+_CYCLE_SHOWN = 10  # nodes of a cycle an error names; a generated graph's may have thousands
 _NODE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
-_IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+# ASCII classes rather than \w: the same pattern goes into the run form's JSON schema,
+# which the server checks with its own (ECMA) regex dialect.
+_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+_IMPORT_PATH = re.compile(rf"^{_NAME}(?:\.{_NAME})*:{_NAME}$")
+_ATTRIBUTE_PATH = re.compile(rf"^{_NAME}(?:\.{_NAME})*:{_NAME}(?:\.{_NAME})+$")
 
 
 def _node_id(value: str) -> str:
@@ -28,32 +33,74 @@ def _node_id(value: str) -> str:
     return value
 
 
+def _import_path_problem(path: str) -> str | None:
+    """Why ``path`` is not ``"package.module:function"``, or None if it is."""
+    if _IMPORT_PATH.match(path):
+        return None
+    if _ATTRIBUTE_PATH.match(path):
+        # getattr along a dotted path leaves the module: 'json:codecs.sys.exit' is
+        # sys.exit, reached through the modules json imports.
+        return (
+            f"tool {path!r} must be 'package.module:function': after ':' comes one "
+            "function of the module, not a dotted path through what it imports"
+        )
+    return f"tool {path!r} is not an import path 'package.module:function'"
+
+
 def _tool(value: Any) -> Any:
     if isinstance(value, str):
-        if not _IMPORT_PATH.match(value):
-            raise ValueError(f"tool {value!r} must be a callable or 'package.module:function'")
+        if problem := _import_path_problem(value):
+            raise ValueError(problem)
     elif not callable(value):
         raise ValueError(f"tool must be a callable or an import path, got {type(value).__name__}")
     return value
 
 
-def resolve_tool(tool: Callable[..., Any] | str) -> Callable[..., Any]:
+def _tool_path(value: Any) -> Any:
+    if isinstance(value, str) and (problem := _import_path_problem(value)):
+        raise ValueError(problem)
+    return value
+
+
+def resolve_tool(
+    tool: Callable[..., Any] | str, *, allowed: Callable[[str], bool] | None = None
+) -> Callable[..., Any]:
     """Return the callable a node's ``tool`` names.
 
+    Args:
+        tool: A callable, returned as it is, or an import path
+            ``"package.module:function"`` (one name after the colon, no dots).
+        allowed: Whether a module, by its dotted name, may provide tools; any may if
+            None. The path's module is checked before it is imported, and the module
+            the callable is defined in (its ``__module__``) after: a function merely
+            imported into an allowed module (``from os import system``) is refused.
+
     Raises:
-        GraphError: If an import path does not lead to a callable.
+        GraphError: If an import path is malformed, names a module `allowed`
+            refuses, does not lead to a callable, or leads to one defined in a
+            module `allowed` refuses.
     """
     if not isinstance(tool, str):
         return tool
-    module_name, _, attribute = tool.partition(":")
+    if problem := _import_path_problem(tool):
+        raise GraphError(problem)
+    module_name, _, name = tool.partition(":")
+    if allowed is not None and not allowed(module_name):
+        raise GraphError(f"tool {tool!r} is outside the allowed tool modules")
     try:
-        target: Any = importlib.import_module(module_name)
-        for part in attribute.split("."):
-            target = getattr(target, part)
+        target: Any = getattr(importlib.import_module(module_name), name)
     except (ImportError, AttributeError) as exc:
         raise GraphError(f"cannot import tool {tool!r}: {exc}") from exc
     if not callable(target):
         raise GraphError(f"tool {tool!r} is a {type(target).__name__}, not a callable")
+    if allowed is not None:
+        home = getattr(target, "__module__", None)
+        if not isinstance(home, str) or not allowed(home):
+            raise GraphError(
+                f"tool {tool!r} is defined in {home!r}, outside the allowed tool modules: "
+                f"a tool must be defined in an allowed module, not only imported into one "
+                f"({module_name!r})"
+            )
     return target
 
 
@@ -94,8 +141,12 @@ class NodeSpec(TaskNode):
         tool: ``"package.module:function"``, importable where the run executes.
     """
 
+    # The pattern goes into the run form's schema, which the server checks too; the
+    # before-validator, which wraps it, runs first to say what is wrong in words.
     tool: Annotated[
-        str, Field(pattern=_IMPORT_PATH.pattern, examples=["examples.paper_tools:draft"])
+        str,
+        Field(pattern=_IMPORT_PATH.pattern, examples=["examples.paper_tools:draft"]),
+        BeforeValidator(_tool_path),
     ]
 
 
@@ -131,7 +182,8 @@ class TaskGraph:
 
     Raises:
         GraphError: On an empty graph, a duplicate id, a dependency on an unknown
-            node or on itself, or a cycle; the message names the nodes.
+            node or on itself, or a cycle; the message names the nodes (for a cycle:
+            one cycle, its first ten nodes if longer, and how many nodes lie on cycles).
     """
 
     def __init__(self, nodes: Sequence[TaskNode]) -> None:
@@ -177,19 +229,89 @@ class TaskGraph:
                 if not waiting[dependant]:
                     heapq.heappush(ready, (position[dependant], dependant))
         if len(order) < len(self.nodes):
-            raise GraphError(f"the graph has a cycle through {self._cycle(set(order))}")
+            done = set(order)
+            stuck = [node_id for node_id in self.nodes if node_id not in done]
+            raise GraphError(
+                f"the graph has a cycle through {self._cycle(stuck)}; "
+                f"{self._on_cycles(stuck)} nodes in all lie on cycles"
+            )
         return order
 
-    def _cycle(self, done: set[str]) -> str:
-        """Describe one cycle among the nodes not in ``done``, e.g. ``'a' -> 'b' -> 'a'``."""
-        start = next(node_id for node_id in self.nodes if node_id not in done)
+    def _cycle(self, stuck: list[str]) -> str:
+        """One cycle among the ``stuck`` nodes, e.g. ``'a' -> 'b' -> 'a'``, capped in length.
+
+        Every stuck node depends on another stuck node, so following dependencies
+        from any of them must come back to a node already seen.
+        """
+        remaining = set(stuck)
+        seen: dict[str, int] = {}
         path: list[str] = []
-        node_id = start
-        while node_id not in path:
+        node_id = stuck[0]
+        while node_id not in seen:
+            seen[node_id] = len(path)
             path.append(node_id)
-            node_id = next(d for d in self.nodes[node_id].depends_on if d not in done)
-        cycle = [*path[path.index(node_id) :], node_id]
-        return " -> ".join(repr(n) for n in reversed(cycle))
+            node_id = next(d for d in self.nodes[node_id].depends_on if d in remaining)
+        cycle = path[seen[node_id] :][::-1]  # dependencies first: the order things would run
+        # Start at the node declared first, so the same graph always names the same cycle.
+        position = {n: i for i, n in enumerate(stuck)}
+        first = min(range(len(cycle)), key=lambda i: position[cycle[i]])
+        cycle = cycle[first:] + cycle[:first]
+        shown = [repr(n) for n in cycle[:_CYCLE_SHOWN]]
+        if len(cycle) > _CYCLE_SHOWN:
+            shown.append(f"… ({len(cycle) - _CYCLE_SHOWN} more)")
+        return " -> ".join([*shown, repr(cycle[0])])
+
+    def _on_cycles(self, stuck: list[str]) -> int:
+        """How many of the ``stuck`` nodes lie on a cycle.
+
+        A stuck node need not: it may only depend on one. Those that do are the
+        members of the strongly connected components with more than one node
+        (Tarjan's algorithm, iterative so that a long cycle cannot exhaust the stack;
+        a node depending on itself is refused earlier).
+        """
+        remaining = set(stuck)
+
+        def dependencies(node_id: str) -> Iterator[str]:
+            return (d for d in self.nodes[node_id].depends_on if d in remaining)
+
+        index: dict[str, int] = {}
+        low: dict[str, int] = {}
+        stack: list[str] = []
+        on_stack: set[str] = set()
+        on_cycles = 0
+        for root in stuck:
+            if root in index:
+                continue
+            index[root] = low[root] = len(index)
+            stack.append(root)
+            on_stack.add(root)
+            work = [(root, dependencies(root))]
+            while work:
+                node_id, pending = work[-1]
+                for dependency in pending:
+                    if dependency not in index:
+                        index[dependency] = low[dependency] = len(index)
+                        stack.append(dependency)
+                        on_stack.add(dependency)
+                        work.append((dependency, dependencies(dependency)))
+                        break
+                    if dependency in on_stack:
+                        low[node_id] = min(low[node_id], index[dependency])
+                else:
+                    work.pop()
+                    if work:
+                        parent = work[-1][0]
+                        low[parent] = min(low[parent], low[node_id])
+                    if low[node_id] == index[node_id]:
+                        size = 0
+                        while True:
+                            member = stack.pop()
+                            on_stack.discard(member)
+                            size += 1
+                            if member == node_id:
+                                break
+                        on_cycles += size if size > 1 else 0
+        return on_cycles
 
     def ancestors(self, node_id: str) -> set[str]:
         """Every node ``node_id`` depends on, directly or not."""

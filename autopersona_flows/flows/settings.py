@@ -59,8 +59,10 @@ class AutopersonaSettings(PrefectBaseSettings):
             ``$PREFECT_HOME/autopersona/snapshots`` if unset.
         tool_modules: Comma-separated packages or modules whose functions a graph
             given as data (`graph_runner`, e.g. from the UI's run form) may name as
-            tools, such as ``examples,my_company.tools``; any if unset. Whoever may
-            start the deployment can otherwise make the worker import any module.
+            tools, such as ``examples,my_company.tools``; any if unset. A tool must be
+            defined in one of them or in a submodule (its ``__module__``), not only
+            imported into one. Whoever may start the deployment can otherwise make
+            the worker import any module and call any function.
     """
 
     model_config = build_settings_config(("integrations", "autopersona"))
@@ -79,13 +81,24 @@ class AutopersonaSettings(PrefectBaseSettings):
     snapshots: Path | None = None
     tool_modules: str | None = None
 
-    def allows_tool(self, tool: str) -> bool:
-        """Whether ``tool`` (``"package.module:function"``) lies in `tool_modules`."""
+    def allows_module(self, module: str) -> bool:
+        """Whether functions defined in ``module`` may be tools.
+
+        They may if it is an entry of `tool_modules` or a submodule of one; any
+        module's may if `tool_modules` is unset.
+        """
         if self.tool_modules is None:
             return True
-        module = tool.partition(":")[0]
         allowed = [name.strip() for name in self.tool_modules.split(",") if name.strip()]
         return any(module == name or module.startswith(f"{name}.") for name in allowed)
+
+    def allows_tool(self, tool: str) -> bool:
+        """Whether ``tool``'s module (``"package.module:function"``) may be imported.
+
+        Only the first of two checks: `resolve_tool`, given `allows_module`, also
+        refuses a function defined elsewhere and imported into an allowed module.
+        """
+        return self.allows_module(tool.partition(":")[0])
 
     def store_address(self) -> str:
         """The store's address (see `open_store`), defaulting under ``PREFECT_HOME``."""

@@ -8,6 +8,8 @@ counts its calls per node id, keeps the `NodeContext` it received, and returns J
 from __future__ import annotations
 
 import os
+import sys
+import textwrap
 import threading
 import time
 from collections import Counter, defaultdict
@@ -15,7 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import prefect.settings as ps
 import pytest
@@ -166,6 +168,71 @@ def kit(tmp_path: Path) -> Iterator[FlowKit]:
         store=store, agent=PersonaAgent(MemoryRetriever(store)), results=tmp_path / "results"
     )
     _reset()
+
+
+# --------------------------------------------------------------------------- tool modules
+
+_ALLOWED_TOOLS = """
+import {forbidden} as forbidden  # reachable as '{allowed}:forbidden.record'
+from {forbidden} import record  # a re-export: defined in {forbidden}, not here
+
+
+def summarise(context):
+    return {{"summary": "short", "node": context.node.id}}
+"""
+
+_FORBIDDEN = """
+CALLS = []
+
+
+def record(*args, **kwargs):
+    CALLS.append(args)
+    return "forbidden code ran"
+"""
+
+
+@dataclass
+class ToolModules:
+    """Importable modules for the tool allow-list, under fresh names.
+
+    ``allowed`` (a module of package ``package``) defines the tool ``summarise`` and
+    imports ``forbidden``, whose ``record`` appends to its ``CALLS`` when anything
+    calls it; ``unimported`` has the same ``record`` and nothing imports it.
+    """
+
+    package: str
+    allowed: str
+    forbidden: str
+    unimported: str
+
+    def forbidden_calls(self) -> list[Any]:
+        """What called ``record`` in ``forbidden`` or ``unimported``, imported or not."""
+        return [
+            *sys.modules[self.forbidden].CALLS,
+            *(sys.modules[self.unimported].CALLS if self.unimported in sys.modules else []),
+        ]
+
+
+@pytest.fixture
+def tool_modules(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> ToolModules:
+    suffix = uuid4().hex
+    modules = ToolModules(
+        package=f"tools_{suffix}",
+        allowed=f"tools_{suffix}.reading",
+        forbidden=f"forbidden_{suffix}",
+        unimported=f"unimported_{suffix}",
+    )
+    folder = tmp_path / "importable"
+    (folder / modules.package).mkdir(parents=True)
+    (folder / modules.package / "__init__.py").write_text("")
+    (folder / modules.package / "reading.py").write_text(
+        textwrap.dedent(_ALLOWED_TOOLS.format(forbidden=modules.forbidden, allowed=modules.allowed))
+    )
+    (folder / f"{modules.forbidden}.py").write_text(_FORBIDDEN)
+    (folder / f"{modules.unimported}.py").write_text(_FORBIDDEN)
+    monkeypatch.syspath_prepend(str(folder))
+    __import__(modules.forbidden)  # so that forbidden_calls can always read it
+    return modules
 
 
 # --------------------------------------------------------------------------- resuming

@@ -1,11 +1,18 @@
 """Task graph validation: every malformed graph is a GraphError naming the nodes."""
 
+import itertools
+import random
+import re
+import sys
+from collections.abc import Callable
+
 import pytest
 from pydantic import ValidationError
 
 from autopersona_flows.agent import Requirement
 from autopersona_flows.errors import GraphError
-from autopersona_flows.flows.graph import TaskGraph, TaskNode, resolve_tool
+from autopersona_flows.flows import AutopersonaSettings
+from autopersona_flows.flows.graph import NodeSpec, TaskGraph, TaskNode, resolve_tool
 
 
 def tool(**_: object) -> str:
@@ -58,6 +65,54 @@ def test_a_cycle_message_names_only_the_nodes_on_it() -> None:
     assert "'end'" not in str(info.value)
 
 
+def test_a_small_cycle_is_named_exactly() -> None:
+    with pytest.raises(GraphError) as info:
+        TaskGraph([node("start"), node("b", "a"), node("c", "b"), node("a", "start", "c")])
+    # Named from the node declared first, in the order the nodes would run.
+    assert str(info.value) == (
+        "the graph has a cycle through 'b' -> 'c' -> 'a' -> 'b'; 3 nodes in all lie on cycles"
+    )
+
+
+def test_the_count_takes_every_cycle_and_only_the_nodes_on_them() -> None:
+    # Two cycles, a node between them and one after: both cut off, on neither.
+    nodes = [
+        node("a", "b"),
+        node("b", "a"),
+        node("between", "b"),
+        node("c", "e", "between"),
+        node("d", "c"),
+        node("e", "d"),
+        node("after", "e"),
+    ]
+    with pytest.raises(GraphError, match=r"; 5 nodes in all lie on cycles$"):
+        TaskGraph(nodes)
+
+
+def test_a_long_cycle_is_named_in_a_bounded_message() -> None:
+    size = 2_000
+    ids = [f"step-{i:04d}" for i in range(size)]
+    nodes = [node(ids[i], ids[i - 1]) for i in range(size)]  # step-0000 needs step-1999
+    nodes = [node("root"), *random.Random(7).sample(nodes, size), node("leaf", ids[5])]
+    depends_on = {n.id: set(n.depends_on) for n in nodes}
+
+    with pytest.raises(GraphError) as info:
+        TaskGraph(nodes)
+
+    message = str(info.value)
+    assert len(message) < 1_000
+    assert message.endswith(f"; {size} nodes in all lie on cycles")
+    shown, more, closing = re.fullmatch(
+        r"the graph has a cycle through (.*) -> … \((\d+) more\) -> '([^']+)'; .*", message
+    ).groups()
+    named = [name.strip("'") for name in shown.split(" -> ")]
+    assert len(named) == 10
+    assert len(named) + int(more) == size
+    assert closing == named[0]
+    for before, after in itertools.pairwise(named):
+        assert before in depends_on[after], f"{after} does not depend on {before}"
+
+
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
@@ -66,6 +121,8 @@ def test_a_cycle_message_names_only_the_nodes_on_it() -> None:
         ({"id": "../x", "tool": tool}, "node id"),
         ({"id": "a", "tool": 42}, "callable or an import path"),
         ({"id": "a", "tool": "not an import path"}, "package.module:function"),
+        ({"id": "a", "tool": "json:codecs.sys.exit"}, "not a dotted path"),
+        ({"id": "a", "tool": "json..decoder:f"}, "package.module:function"),
         ({"id": "a", "tool": tool, "depends_on": ["b", "b"]}, "repeats"),
         ({"id": "a", "tool": tool, "requires": [{"name": ""}]}, "requires"),
     ],
@@ -89,3 +146,51 @@ def test_tools_resolve_from_import_paths() -> None:
         TaskNode(id="cite", tool="autopersona_flows.memory.text:terms", requires=requires).requires
         == requires
     )
+
+
+@pytest.mark.parametrize("path", ["json:codecs.sys.exit", "examples.reading_group:os.sys.exit"])
+def test_a_tool_path_is_one_function_of_a_module_not_a_path_through_it(path: str) -> None:
+    # Walking the attributes would reach sys.exit through the modules json imports.
+    for build in (TaskNode, NodeSpec):
+        with pytest.raises(ValidationError, match=rf"tool '{path}' .*not a dotted path"):
+            build(id="a", tool=path)
+    with pytest.raises(GraphError, match=rf"tool '{path}' .*not a dotted path"):
+        resolve_tool(path)  # as for a node built without validation
+
+
+def allow(*names: str) -> Callable[[str], bool]:
+    return AutopersonaSettings(tool_modules=",".join(names)).allows_module
+
+
+def test_an_allow_list_refuses_a_module_before_importing_it(tool_modules) -> None:
+    tool = f"{tool_modules.unimported}:record"
+
+    with pytest.raises(GraphError, match=rf"tool '{tool}' is outside the allowed tool modules"):
+        resolve_tool(tool, allowed=allow(tool_modules.package))
+
+    assert tool_modules.unimported not in sys.modules
+    assert tool_modules.forbidden_calls() == []
+
+
+def test_an_allow_list_refuses_a_function_only_imported_into_an_allowed_module(
+    tool_modules,
+) -> None:
+    allowed = allow(tool_modules.package)
+
+    with pytest.raises(
+        GraphError,
+        match=rf"defined in '{tool_modules.forbidden}', outside the allowed tool modules",
+    ):
+        resolve_tool(f"{tool_modules.allowed}:record", allowed=allowed)
+    with pytest.raises(GraphError, match=r"defined in '(posix|nt)'"):
+        resolve_tool("os:system", allowed=allow("os"))  # os only imports it from posix
+    with pytest.raises(GraphError, match="defined in 'builtins'"):
+        resolve_tool(f"{tool_modules.allowed}:__class__", allowed=allowed)  # every module's
+
+    summarise = resolve_tool(f"{tool_modules.allowed}:summarise", allowed=allowed)
+    assert summarise is sys.modules[tool_modules.allowed].summarise
+    # Without an allow-list a re-export is fine: packages re-export their own functions.
+    assert (
+        resolve_tool(f"{tool_modules.allowed}:record") is sys.modules[tool_modules.forbidden].record
+    )
+    assert tool_modules.forbidden_calls() == []

@@ -14,6 +14,9 @@ from uuid import uuid4
 
 import prefect.settings as ps
 import pytest
+from prefect.exceptions import ParameterTypeError
+from prefect.utilities.callables import parameter_schema
+from prefect.utilities.schema_tools import validate
 from pydantic import ValidationError
 
 from autopersona_flows.agent import (
@@ -437,3 +440,89 @@ def test_a_graph_from_the_run_form_cannot_name_a_tool_outside_the_allowed_module
     ):
         graph_runner(graph=graph, user_id=USER, query="anything")
     assert kit.calls == {}
+
+
+@pytest.mark.parametrize(
+    ("allowed", "tool"),
+    [("json", "json:codecs.sys.exit"), ("examples", "examples.reading_group:os.sys.exit")],
+)
+def test_a_tool_path_cannot_walk_from_an_allowed_module_into_another(
+    prefect_harness, monkeypatch: pytest.MonkeyPatch, kit, allowed: str, tool: str
+) -> None:
+    exits: list[object] = []
+    monkeypatch.setattr(sys, "exit", lambda *args: exits.append(args))  # what the path reaches
+    setenv(monkeypatch, tool_modules=allowed)
+    # As a deployment run gets it: parameters as JSON, validated by the flow.
+    graph = {
+        "nodes": [
+            {"id": "fine", "tool": "examples.reading_group:gather_sources"},
+            {"id": "exit", "tool": tool, "depends_on": ["fine"]},
+        ]
+    }
+
+    with (
+        persona_runtime(kit.agent),
+        pytest.raises(
+            ParameterTypeError, match=rf"graph.nodes.1.tool: .*'{tool}' .*not a dotted path"
+        ),
+    ):
+        graph_runner(graph=graph, user_id=USER, query="anything")
+    assert exits == []
+    assert kit.calls == {}
+
+
+def test_the_run_form_schema_refuses_a_dotted_tool_path_before_a_run_is_created() -> None:
+    # Prefect's server checks a deployment run's parameters against this schema.
+    schema = parameter_schema(graph_runner).model_dump_for_openapi()
+
+    def problems(tool: str) -> list[str]:
+        parameters = {"graph": {"nodes": [{"id": "a", "tool": tool}]}, "user_id": USER}
+        return [error.message for error in validate(parameters, schema, ignore_required=True)]
+
+    assert problems("examples.reading_group:draft") == []
+    [problem] = problems("json:codecs.sys.exit")
+    assert problem.startswith("'json:codecs.sys.exit' does not match")
+
+
+def test_a_function_only_imported_into_an_allowed_module_is_refused_and_never_called(
+    prefect_harness, monkeypatch: pytest.MonkeyPatch, kit, tool_modules
+) -> None:
+    setenv(monkeypatch, tool_modules=tool_modules.package)
+    graph = GraphSpec.model_validate(
+        {
+            "nodes": [
+                {"id": "fine", "tool": f"{tool_modules.allowed}:summarise"},
+                {"id": "foreign", "tool": f"{tool_modules.allowed}:record"},
+            ]
+        }
+    )
+
+    with (
+        persona_runtime(kit.agent),
+        pytest.raises(
+            GraphError,
+            match=rf"'{tool_modules.allowed}:record' is defined in '{tool_modules.forbidden}'",
+        ),
+    ):
+        graph_runner(graph=graph, user_id=USER, query="anything")
+    assert tool_modules.forbidden_calls() == []
+
+
+def test_a_tool_defined_in_an_allowed_package_runs(
+    prefect_harness, monkeypatch: pytest.MonkeyPatch, kit, tool_modules
+) -> None:
+    setenv(monkeypatch, tool_modules=f"{tool_modules.package},examples")
+    graph = GraphSpec.model_validate(
+        {
+            "nodes": [
+                {"id": "gather", "tool": "examples.reading_group:gather_sources"},
+                {"id": "sum", "tool": f"{tool_modules.allowed}:summarise"},
+            ]
+        }
+    )
+
+    with persona_runtime(kit.agent):
+        result = graph_runner(graph=graph, user_id=USER, query="anything")
+
+    assert result["outputs"]["sum"] == {"summary": "short", "node": "sum"}
+    assert "papers" in result["outputs"]["gather"]
