@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 import importlib
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
@@ -183,7 +183,7 @@ class TaskGraph:
     Raises:
         GraphError: On an empty graph, a duplicate id, a dependency on an unknown
             node or on itself, or a cycle; the message names the nodes (for a cycle:
-            one cycle, its first ten nodes if longer, and how many nodes lie on cycles).
+            one cycle, its first ten nodes if longer, and how many nodes it holds up).
     """
 
     def __init__(self, nodes: Sequence[TaskNode]) -> None:
@@ -233,7 +233,7 @@ class TaskGraph:
             stuck = [node_id for node_id in self.nodes if node_id not in done]
             raise GraphError(
                 f"the graph has a cycle through {self._cycle(stuck)}; "
-                f"{self._on_cycles(stuck)} nodes in all lie on cycles"
+                f"{len(stuck)} nodes in all are on a cycle or depend on one"
             )
         return order
 
@@ -260,58 +260,6 @@ class TaskGraph:
         if len(cycle) > _CYCLE_SHOWN:
             shown.append(f"… ({len(cycle) - _CYCLE_SHOWN} more)")
         return " -> ".join([*shown, repr(cycle[0])])
-
-    def _on_cycles(self, stuck: list[str]) -> int:
-        """How many of the ``stuck`` nodes lie on a cycle.
-
-        A stuck node need not: it may only depend on one. Those that do are the
-        members of the strongly connected components with more than one node
-        (Tarjan's algorithm, iterative so that a long cycle cannot exhaust the stack;
-        a node depending on itself is refused earlier).
-        """
-        remaining = set(stuck)
-
-        def dependencies(node_id: str) -> Iterator[str]:
-            return (d for d in self.nodes[node_id].depends_on if d in remaining)
-
-        index: dict[str, int] = {}
-        low: dict[str, int] = {}
-        stack: list[str] = []
-        on_stack: set[str] = set()
-        on_cycles = 0
-        for root in stuck:
-            if root in index:
-                continue
-            index[root] = low[root] = len(index)
-            stack.append(root)
-            on_stack.add(root)
-            work = [(root, dependencies(root))]
-            while work:
-                node_id, pending = work[-1]
-                for dependency in pending:
-                    if dependency not in index:
-                        index[dependency] = low[dependency] = len(index)
-                        stack.append(dependency)
-                        on_stack.add(dependency)
-                        work.append((dependency, dependencies(dependency)))
-                        break
-                    if dependency in on_stack:
-                        low[node_id] = min(low[node_id], index[dependency])
-                else:
-                    work.pop()
-                    if work:
-                        parent = work[-1][0]
-                        low[parent] = min(low[parent], low[node_id])
-                    if low[node_id] == index[node_id]:
-                        size = 0
-                        while True:
-                            member = stack.pop()
-                            on_stack.discard(member)
-                            size += 1
-                            if member == node_id:
-                                break
-                        on_cycles += size if size > 1 else 0
-        return on_cycles
 
     def ancestors(self, node_id: str) -> set[str]:
         """Every node ``node_id`` depends on, directly or not."""
