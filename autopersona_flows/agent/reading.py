@@ -270,7 +270,12 @@ class Reader:
     ) -> bool:
         """Whether every mention of the attribute is another subject's ("the grocery budget")."""
         name = need.name
-        if not name.modifiers or name.weak or self.has_all(name.modifiers, everything, surface):
+        if (
+            name.head is None
+            or not name.modifiers
+            or name.weak
+            or self.has_all(name.modifiers, everything, surface)
+        ):
             return False
         known = name.modifiers | need.context | need.described
         mentions = 0

@@ -105,7 +105,7 @@ class MemoryBundle(BaseModel):
                 if kept is None or memory.score > kept.score:
                     best[memory.record.id] = memory
             layers[layer] = sorted(best.values(), key=lambda memory: -memory.score)
-        return MemoryBundle.model_construct(**layers)
+        return MemoryBundle.model_construct(None, **layers)
 
     def __iter__(self) -> Iterator[ScoredMemory]:  # type: ignore[override]
         """Iterate over every memory found, layer by layer (`LAYERS` order)."""
@@ -290,7 +290,7 @@ class MemoryRetriever:
                         taken=taken.setdefault(search.label if distinct_per_label else None, set()),
                     )
             found[layer].sort(key=lambda scored: -scored.score)
-        return MemoryBundle.model_construct(**found)
+        return MemoryBundle.model_construct(None, **found)
 
     def load(self, user_id: str, layers: Sequence[MemoryLayer] = LAYERS) -> None:
         """Bring the user's indexes up to date now (the first retrieval would otherwise).
@@ -386,7 +386,7 @@ class MemoryRetriever:
         if not wanted:
             return []
         best = np.argpartition(-scores, wanted - 1)[:wanted]
-        results = []
+        results: list[ScoredMemory] = []
         for row in best[np.argsort(-scores[best], kind="stable")]:
             score = float(scores[row])
             if score <= 0.0 or score < min_similarity or len(results) == top_k:

@@ -134,6 +134,7 @@ def memory_text(content: LayerContent) -> str:
             for part in (content.topic, *content.aliases, content.preference, content.strategy)
             if part
         )
+    parts: tuple[str, ...]
     if isinstance(content, TrajectoryMemory):
         parts = (
             content.query,

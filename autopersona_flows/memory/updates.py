@@ -230,7 +230,9 @@ def embed_records(
     ``fields`` set the rest of each record (e.g. ``stated_at``).
     """
     texts = [memory_text(content) for content in contents]
-    vectors = check_vectors(embedder, texts, embedder.embed(texts)) if texts else []
+    if not texts:
+        return []
+    vectors = check_vectors(embedder, texts, embedder.embed(texts))
     return [
         MemoryRecord.of(content, embedding=Embedding.of(embedder.name, vector), **fields)
         for content, vector in zip(contents, vectors, strict=True)

@@ -101,7 +101,7 @@ class FakeChatServer:
                     }
                 )
                 reply = server.replies.pop(0) if server.replies else (500, "nothing scripted")
-                if reply == HANG:
+                if isinstance(reply, str):  # HANG, the one reply that is text
                     server.release.wait(5)
                     return
                 status, payload = reply(server.requests[-1]["body"]) if callable(reply) else reply

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
+import numpy as np
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -408,7 +409,9 @@ def seed_memories(
                 for name in ("created_at", "updated_at")
                 if (value := getattr(seed, name)) is not None
             }
-            record = MemoryRecord(layer=seed.layer, content=seed.content, **timestamps)
+            record = MemoryRecord.model_validate(
+                {"layer": seed.layer, "content": seed.content, **timestamps}
+            )
         except ValidationError as exc:
             raise EvaluationError(f"{path}:{number}: invalid memory: {describe(exc)}") from None
         seeds.append((seed.user_id, record))
@@ -420,7 +423,7 @@ def seed_memories(
             "seed into an empty store so the evaluation is reproducible"
         )
     texts = [memory_text(record.content) for _, record in seeds]
-    vectors = check_vectors(embedder, texts, embedder.embed(texts)) if texts else []
+    vectors = check_vectors(embedder, texts, embedder.embed(texts)) if texts else np.empty((0, 0))
     banks: dict[tuple[str, MemoryLayer], list[MemoryRecord]] = {}
     for (user_id, record), vector in zip(seeds, vectors, strict=True):
         embedding = Embedding.of(embedder.name, vector)

@@ -239,7 +239,9 @@ def _seed(store: MemoryStore, case: JudgementCase, embedder: Embedder) -> None:
     owner = case.request.user_id
     for i, memory in enumerate(case.memories):
         try:
-            record = MemoryRecord(layer=memory.layer, content=memory.content, created_at=memory.at)
+            record = MemoryRecord.model_validate(
+                {"layer": memory.layer, "content": memory.content, "created_at": memory.at}
+            )
         except ValidationError as exc:
             raise EvaluationError(f"case {case.name!r}: memories[{i}]: {describe(exc)}") from None
         records.setdefault((memory.user_id or owner, memory.layer), []).append(record)

@@ -231,7 +231,7 @@ def evaluate_timeline(
                         *(["expired returned"] if expired else []),
                     ]
                     failures.append(f"{case.name} #{index}: {', '.join(what)}")
-    per_case = defaultdict(set)
+    per_case: defaultdict[str, set[str]] = defaultdict(set)
     for case in cases:
         per_case[case.category].add(case.name)
     categories = {
