@@ -19,6 +19,7 @@ from typing import Any
 from prefect import Task, task
 from prefect.context import FlowRunContext
 from prefect.futures import wait
+from prefect.transactions import IsolationLevel
 from prefect.utilities.annotations import opaque, quote
 
 from autopersona_flows import _json
@@ -40,6 +41,7 @@ from autopersona_flows.flows.cache_policies import NodeCachePolicy
 from autopersona_flows.flows.clarification import ask, response_key
 from autopersona_flows.flows.context import NodeContext, PersonaRuntime
 from autopersona_flows.flows.episodes import Asking, EpisodeAnswers
+from autopersona_flows.flows.locks import step_locks
 from autopersona_flows.flows.serializers import OrjsonSerializer
 from autopersona_flows.memory.records import LAYERS, JsonValue, check_json
 
@@ -141,7 +143,13 @@ def _persona_task(fn: Callable[..., Any], kind: str, name: str, retries: int, st
         retry_condition_fn=_retry_unless_ours,
         name=name,
         task_run_name=name,
-        cache_policy=NodeCachePolicy(kind=kind),
+        # Serializable: of two runs of one episode at once, the second waits for the
+        # first's result instead of running the step too (Prefect's cache does not lock).
+        cache_policy=NodeCachePolicy(
+            kind=kind,
+            isolation_level=IsolationLevel.SERIALIZABLE,
+            lock_manager=step_locks(storage),
+        ),
         persist_result=True,
         result_serializer=OrjsonSerializer(),
         result_storage=storage,
