@@ -15,8 +15,9 @@ import pytest
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import StateType
 
-from autopersona_flows.agent import ClarifyDecision
-from autopersona_flows.flows import answer_clarification
+from autopersona_flows.agent import ClarifyDecision, Requirement
+from autopersona_flows.errors import ClarificationTimeoutError
+from autopersona_flows.flows import TaskGraph, TaskNode, answer_clarification, run_persona_graph
 from autopersona_flows.flows.clarification import clarification_key
 from autopersona_flows.memory import JsonlMemoryStore
 
@@ -132,3 +133,25 @@ def test_an_answer_given_just_before_a_crash_is_not_asked_again(
     assert tool_calls(tmp_path) == {"fetch": 1, "outline": 1, "draft": 1, "send": 1}
     learned = JsonlMemoryStore(tmp_path / "store").list("ada", "persona")
     assert [(r.content.topic, r.content.preference) for r in learned] == [("citation style", "APA")]
+
+
+def test_a_question_nobody_answered_is_asked_again_by_the_replay(
+    prefect_harness, kit, watch_for_pause
+) -> None:
+    citation = Requirement("citation style", options=["APA", "MLA"], question=QUESTION)
+    graph = TaskGraph([TaskNode(id="draft", tool=kit.record, requires=[citation])])
+    options = {"agent": kit.agent, "episode_id": "paper-8", "result_storage": kit.results}
+    options |= {"poll_interval": 0.5}
+
+    unanswered = watch_for_pause(lambda waiting: None)
+    with pytest.raises(ClarificationTimeoutError):
+        run_persona_graph(graph, "ada", "Finish my paper", pause_timeout=2, **options)
+    unanswered.finish()
+
+    answered = watch_for_pause(lambda waiting: answer_clarification(waiting.flow_run_id, "MLA"))
+    result = run_persona_graph(graph, "ada", "Finish my paper", pause_timeout=60, **options)
+    assert answered.finish() != unanswered.finish()
+
+    assert result["metrics"]["clarifications"] == 1
+    assert result["outputs"]["draft"]["answer"] == "MLA"
+    assert kit.calls == {"draft": 1}
