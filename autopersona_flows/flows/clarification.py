@@ -4,20 +4,32 @@ from __future__ import annotations
 
 import re
 from typing import Annotated, Any, Literal
+from uuid import UUID
 
+import httpx
+import orjson
 from prefect.artifacts import create_markdown_artifact
+from prefect.client.orchestration import get_client
 from prefect.context import FlowRunContext
 from prefect.exceptions import FlowPauseTimeout
 from prefect.flow_runs import pause_flow_run, suspend_flow_run
-from prefect.input import RunInput
-from pydantic import Field, create_model
+from prefect.input import RunInput, keyset_from_paused_state
+from prefect.states import Paused, Suspended
+from pydantic import Field, ValidationError, create_model
 
 from autopersona_flows import _json
 from autopersona_flows.agent.decisions import ClarifyDecision
 from autopersona_flows.errors import ClarificationTimeoutError
 from autopersona_flows.flows.context import PersonaRuntime
 
-__all__ = ["ask", "clarification_form", "clarification_key", "question_markdown"]
+__all__ = [
+    "answer_given",
+    "ask",
+    "clarification_form",
+    "clarification_key",
+    "question_markdown",
+    "response_key",
+]
 
 _UNSAFE = re.compile(r"[^a-z0-9-]+")
 
@@ -69,6 +81,48 @@ def clarification_form(decision: ClarifyDecision) -> type[RunInput]:
     )
 
 
+def _suspends(runtime: PersonaRuntime) -> bool:
+    context = FlowRunContext.get()
+    deployed = (
+        context is not None
+        and context.flow_run is not None
+        and bool(context.flow_run.deployment_id)
+    )
+    return runtime.pause_mode == "suspend" or (runtime.pause_mode == "auto" and deployed)
+
+
+def response_key(node_id: str, decision: ClarifyDecision, runtime: PersonaRuntime) -> str:
+    """The flow-run input under which Prefect keeps the answer `ask` waits for in this run.
+
+    Prefect names it after the waiting state (``paused-<key>-response`` or
+    ``suspended-<key>-response``); the server stores the answer there in the same
+    transaction that resumes the run.
+    """
+    waiting = Suspended if _suspends(runtime) else Paused
+    return keyset_from_paused_state(waiting(pause_key=clarification_key(node_id, decision)))[
+        "response"
+    ]
+
+
+def answer_given(flow_run_id: UUID, key: str, decision: ClarifyDecision) -> str | None:
+    """The answer to ``decision`` that run ``flow_run_id`` received under ``key``, if any.
+
+    ``None`` if the run was never answered (or no longer exists), or if what it
+    received is not a valid answer to this question as now asked (its options changed).
+    """
+    with get_client(sync_client=True) as client:
+        try:
+            raw = client.read_flow_run_input(flow_run_id, key)
+        except httpx.HTTPStatusError as exc:
+            if exc.response.status_code == 404:
+                return None
+            raise
+    try:
+        return str(clarification_form(decision).model_validate(orjson.loads(raw)).answer)
+    except (orjson.JSONDecodeError, ValidationError):
+        return None
+
+
 def ask(node_id: str, decision: ClarifyDecision, runtime: PersonaRuntime) -> str:
     """Show the question and wait for the answer; return it.
 
@@ -82,12 +136,7 @@ def ask(node_id: str, decision: ClarifyDecision, runtime: PersonaRuntime) -> str
     key = clarification_key(node_id, decision)
     markdown = question_markdown(node_id, decision)
     context = FlowRunContext.get()
-    deployed = (
-        context is not None
-        and context.flow_run is not None
-        and bool(context.flow_run.deployment_id)
-    )
-    suspend = runtime.pause_mode == "suspend" or (runtime.pause_mode == "auto" and deployed)
+    suspend = _suspends(runtime)
     fired = (
         context is not None
         and context.flow_run is not None

@@ -18,9 +18,8 @@ from typing import Any
 
 from prefect import Task, task
 from prefect.context import FlowRunContext
-from prefect.filesystems import LocalFileSystem
 from prefect.futures import wait
-from prefect.results import ResultStore, get_default_result_storage
+from prefect.transactions import IsolationLevel
 from prefect.utilities.annotations import opaque, quote
 
 from autopersona_flows import _json
@@ -38,9 +37,11 @@ from autopersona_flows.errors import (
     NodeOutputError,
     PolicyError,
 )
-from autopersona_flows.flows.cache_policies import NodeCachePolicy, node_cache_key
-from autopersona_flows.flows.clarification import ask
+from autopersona_flows.flows.cache_policies import NodeCachePolicy
+from autopersona_flows.flows.clarification import ask, response_key
 from autopersona_flows.flows.context import NodeContext, PersonaRuntime
+from autopersona_flows.flows.episodes import Asking, EpisodeAnswers
+from autopersona_flows.flows.locks import step_locks
 from autopersona_flows.flows.serializers import OrjsonSerializer
 from autopersona_flows.memory.records import LAYERS, JsonValue, check_json
 
@@ -142,7 +143,13 @@ def _persona_task(fn: Callable[..., Any], kind: str, name: str, retries: int, st
         retry_condition_fn=_retry_unless_ours,
         name=name,
         task_run_name=name,
-        cache_policy=NodeCachePolicy(kind=kind),
+        # Serializable: of two runs of one episode at once, the second waits for the
+        # first's result instead of running the step too (Prefect's cache does not lock).
+        cache_policy=NodeCachePolicy(
+            kind=kind,
+            isolation_level=IsolationLevel.SERIALIZABLE,
+            lock_manager=step_locks(storage),
+        ),
         persist_result=True,
         result_serializer=OrjsonSerializer(),
         result_storage=storage,
@@ -230,17 +237,14 @@ class NodeSteps:
         # The answer is kept per episode, node and question: a replay of the episode
         # (a new run, a retry) then rebuilds exactly the inputs the node ran with,
         # instead of asking again or deciding afresh and missing the cache.
-        answers = self._answer_store()
-        key = node_cache_key(
-            "answer", self.episode_id, node.id, {"user_id": user_id, "question": decision.question}
-        )
-        if answers.exists(key):
-            answer = str(answers.read(key).result)
-        else:
+        answers = EpisodeAnswers(self.runtime.result_storage, self.episode_id)
+        answer = answers.recall(node.id, user_id, decision)
+        if answer is None:
             self.counter.add("clarifications")
             wait(in_flight)  # nothing runs while we wait, so a suspend loses no work
+            answers.asking(node.id, user_id, decision, self._asking(node.id, decision))
             answer = ask(node.id, decision, self.runtime)
-            answers.write(answer, key=key)
+            answers.keep(node.id, user_id, decision, answer)
 
         self._learning[node.id] = decision
         self._task(_learn, "learn", f"learn-{node.id}")(
@@ -250,13 +254,13 @@ class NodeSteps:
         )
         return decision, answer
 
-    def _answer_store(self) -> ResultStore:
-        storage = self.runtime.result_storage
-        if isinstance(storage, Path):
-            storage = LocalFileSystem(basepath=str(storage))
-        return ResultStore(
-            result_storage=storage or get_default_result_storage(),
-            serializer=OrjsonSerializer(),
+    def _asking(self, node_id: str, decision: ClarifyDecision) -> Asking:
+        context = FlowRunContext.get()
+        if context is None or context.flow_run is None:
+            raise FlowConfigurationError("persona tasks must be called inside a Prefect flow")
+        return Asking(
+            flow_run_id=context.flow_run.id,
+            response_key=response_key(node_id, decision, self.runtime),
         )
 
     def may_ask(self, requirements: list[Requirement]) -> bool:

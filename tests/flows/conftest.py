@@ -80,6 +80,7 @@ CALLS: Counter[str] = Counter()
 CONTEXTS: dict[str, list[NodeContext]] = defaultdict(list)
 _LOCK = threading.Lock()
 BARRIER: list[threading.Barrier] = []  # the one the barrier tool waits on, set by a test
+SECOND_CALL = threading.Event()  # set when a node's tool is called a second time
 
 
 def _record(ctx: NodeContext) -> int:
@@ -130,6 +131,15 @@ def barrier_tool(ctx: NodeContext) -> dict[str, Any]:
     return _output(ctx)
 
 
+def lingering_tool(ctx: NodeContext) -> dict[str, Any]:
+    """Lingers up to 8 s for a second call of its node: runs that can both call it, do."""
+    if _record(ctx) > 1:
+        SECOND_CALL.set()
+    else:
+        SECOND_CALL.wait(8)
+    return _output(ctx)
+
+
 @dataclass
 class FlowKit:
     """A fresh store and agent for one test, the tools, and what they recorded."""
@@ -145,6 +155,7 @@ class FlowKit:
     flaky = staticmethod(flaky_tool)
     returns_set = staticmethod(set_tool)
     waits_at_barrier = staticmethod(barrier_tool)
+    lingers = staticmethod(lingering_tool)
 
     def barrier(self, parties: int, timeout: float) -> threading.Barrier:
         """The barrier `waits_at_barrier` waits on."""
@@ -158,6 +169,7 @@ def _reset() -> None:
     for barrier in BARRIER:
         barrier.abort()  # release a tool still waiting after a failed test
     BARRIER.clear()
+    SECOND_CALL.clear()
 
 
 @pytest.fixture

@@ -1,0 +1,97 @@
+"""What an episode keeps for its replays: the answers to its questions, and who asked them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from prefect.filesystems import LocalFileSystem, WritableFileSystem
+from prefect.results import ResultStore, get_default_result_storage
+from pydantic import BaseModel, ConfigDict, TypeAdapter
+
+from autopersona_flows.agent.decisions import ClarifyDecision
+from autopersona_flows.flows.cache_policies import node_cache_key
+from autopersona_flows.flows.clarification import answer_given
+from autopersona_flows.flows.serializers import OrjsonSerializer
+
+__all__ = ["Asking", "EpisodeAnswers"]
+
+
+class Asking(BaseModel):
+    """A run that asked a question, and the flow-run input its answer arrives in.
+
+    Attributes:
+        flow_run_id: The run that paused or suspended for the answer.
+        response_key: Where the Prefect server stores that run's answer.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    flow_run_id: UUID
+    response_key: str
+
+
+_ASKINGS = TypeAdapter(list[Asking])
+
+
+class EpisodeAnswers:
+    """The answers given in one episode, kept in the result store for its replays.
+
+    A replay of an episode (a new run with the same ``episode_id``, a retried run,
+    a resumed suspended one) rebuilds exactly the inputs its nodes ran with from
+    these answers, instead of asking again. A run keeps an answer only once it has
+    it, which leaves a window: the server has stored the answer and resumed the
+    run, but the run dies before keeping it. So a run notes itself first
+    (`asking`), before it waits, and `recall` reads an answer kept or, failing
+    that, the answer any run that asked received in its flow-run input.
+
+    Answers and askings are keyed by episode, node, user and question, like the
+    node's cached steps.
+    """
+
+    def __init__(self, storage: Path | WritableFileSystem | None, episode_id: str) -> None:
+        if isinstance(storage, Path):
+            storage = LocalFileSystem(basepath=str(storage))
+        self._store = ResultStore(
+            result_storage=storage or get_default_result_storage(),
+            serializer=OrjsonSerializer(),
+        )
+        self.episode_id = episode_id
+
+    def _key(self, kind: str, node_id: str, user_id: str, decision: ClarifyDecision) -> str:
+        question = {"user_id": user_id, "question": decision.question}
+        return node_cache_key(kind, self.episode_id, node_id, question)
+
+    def _read(self, key: str) -> Any:
+        return self._store.read(key).result if self._store.exists(key) else None
+
+    def recall(self, node_id: str, user_id: str, decision: ClarifyDecision) -> str | None:
+        """The answer already given to this question in this episode, if any.
+
+        An answer found only in an asking run's input is kept on the way, so later
+        replays need not ask the server.
+        """
+        kept = self._read(self._key("answer", node_id, user_id, decision))
+        if kept is not None:
+            return str(kept)
+        askings = _ASKINGS.validate_python(
+            self._read(self._key("asking", node_id, user_id, decision)) or []
+        )
+        for asking in reversed(askings):  # the latest run is the likeliest answered
+            answer = answer_given(asking.flow_run_id, asking.response_key, decision)
+            if answer is not None:
+                self.keep(node_id, user_id, decision, answer)
+                return answer
+        return None
+
+    def asking(self, node_id: str, user_id: str, decision: ClarifyDecision, asking: Asking) -> None:
+        """Note, before it waits, that a run asks this question (see the class docstring)."""
+        key = self._key("asking", node_id, user_id, decision)
+        askings = _ASKINGS.validate_python(self._read(key) or [])
+        if asking not in askings:  # a resumed run asks again under the same id
+            self._store.write(_ASKINGS.dump_python([*askings, asking], mode="json"), key=key)
+
+    def keep(self, node_id: str, user_id: str, decision: ClarifyDecision, answer: str) -> None:
+        """Keep the answer to this question for the episode's replays."""
+        self._store.write(answer, key=self._key("answer", node_id, user_id, decision))

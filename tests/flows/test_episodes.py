@@ -1,0 +1,157 @@
+"""An answer the server has but the asking run never kept is found by the episode's replay."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import orjson
+import prefect.settings as ps
+import pytest
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.objects import StateType
+
+from autopersona_flows.agent import ClarifyDecision, Requirement
+from autopersona_flows.errors import ClarificationTimeoutError
+from autopersona_flows.flows import TaskGraph, TaskNode, answer_clarification, run_persona_graph
+from autopersona_flows.flows.clarification import clarification_key
+from autopersona_flows.memory import JsonlMemoryStore
+
+REPO = Path(__file__).resolve().parents[2]
+QUESTION = "Which citation style should the paper use?"
+
+# One run of the paper graph in pause mode, in its own process: its tools log each
+# call to a file, so calls are counted across the crashed run and its replay.
+EPISODE_RUN = """
+import sys
+from pathlib import Path
+
+import orjson
+
+from autopersona_flows.agent import PersonaAgent, Requirement
+from autopersona_flows.flows import TaskGraph, TaskNode, run_persona_graph
+from autopersona_flows.memory import JsonlMemoryStore, MemoryRetriever
+
+store, results, log, out, episode, timeout, question = sys.argv[1:]
+
+
+def tool(context):
+    with open(log, "a") as calls:
+        calls.write(context.node.id + "\\n")
+    return {"node": context.node.id, "answer": context.answer}
+
+
+citation = Requirement("citation style", options=["APA", "MLA"], question=question)
+graph = TaskGraph(
+    [
+        TaskNode(id="fetch", tool=tool),
+        TaskNode(id="outline", tool=tool, depends_on=["fetch"]),
+        TaskNode(id="draft", tool=tool, depends_on=["outline"], requires=[citation]),
+        TaskNode(id="send", tool=tool, depends_on=["draft"]),
+    ]
+)
+result = run_persona_graph(
+    graph,
+    "ada",
+    "Finish my paper",
+    episode_id=episode,
+    agent=PersonaAgent(MemoryRetriever(JsonlMemoryStore(store))),
+    result_storage=Path(results),
+    pause_mode="pause",
+    pause_timeout=int(timeout),
+    poll_interval=0.5,
+)
+Path(out).write_bytes(orjson.dumps(result))
+"""
+
+
+def episode_run(tmp_path: Path, name: str, pause_timeout: int) -> subprocess.Popen[bytes]:
+    """Start one run of the episode in a new process, against the session's test server."""
+    arguments = [tmp_path / "store", tmp_path / "results", tmp_path / "tools.log"]
+    arguments += [tmp_path / f"{name}.json", "paper-7", pause_timeout, QUESTION]
+    env = os.environ | {"PREFECT_API_URL": str(ps.PREFECT_API_URL.value())}
+    with (tmp_path / f"{name}.log").open("wb") as log:
+        return subprocess.Popen(
+            [sys.executable, "-c", EPISODE_RUN, *map(str, arguments)],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def tool_calls(tmp_path: Path) -> Counter[str]:
+    log = tmp_path / "tools.log"
+    return Counter(log.read_text().split()) if log.exists() else Counter()
+
+
+@pytest.mark.slow
+def test_an_answer_given_just_before_a_crash_is_not_asked_again(
+    prefect_harness, tmp_path, watch_for_pause
+) -> None:
+    crashing = episode_run(tmp_path, "crashed", pause_timeout=120)
+
+    def answer_then_crash(waiting) -> None:
+        # Frozen first, so the run cannot see its answer before it dies: the server
+        # has stored the answer and resumed the run, the run has kept nothing.
+        os.kill(crashing.pid, signal.SIGSTOP)
+        answer_clarification(waiting.flow_run_id, "APA")
+        os.kill(crashing.pid, signal.SIGKILL)
+
+    watcher = watch_for_pause(answer_then_crash)
+    try:
+        crashing.wait(timeout=180)
+    finally:
+        if crashing.poll() is None:
+            crashing.kill()
+    crashed_run = watcher.finish()
+
+    # The crash window: the answer is the run's input and the run is resumed, but
+    # the node that asked never ran and nothing was learned.
+    key = clarification_key("draft", ClarifyDecision(question=QUESTION))
+    with get_client(sync_client=True) as client:
+        assert client.read_flow_run(crashed_run).state.type == StateType.RUNNING
+        stored = client.read_flow_run_input(crashed_run, f"paused-{key}-response")
+    assert orjson.loads(stored) == {"answer": "APA"}
+    assert crashing.returncode == -signal.SIGKILL
+    assert tool_calls(tmp_path) == {"fetch": 1, "outline": 1}
+    assert JsonlMemoryStore(tmp_path / "store").list("ada", "persona") == []
+
+    # The replay would time out in 5 s if it asked again.
+    replaying = episode_run(tmp_path, "replayed", pause_timeout=5)
+    assert replaying.wait(timeout=180) == 0, (tmp_path / "replayed.log").read_text()[-3000:]
+
+    result = orjson.loads((tmp_path / "replayed.json").read_bytes())
+    assert result["metrics"]["clarifications"] == 0
+    assert result["metrics"]["cache_hits"] == 2  # fetch and outline, from the crashed run
+    assert result["outputs"]["draft"] == {"node": "draft", "answer": "APA"}
+    assert result["decisions"]["draft"]["answer"] == "APA"
+    assert tool_calls(tmp_path) == {"fetch": 1, "outline": 1, "draft": 1, "send": 1}
+    learned = JsonlMemoryStore(tmp_path / "store").list("ada", "persona")
+    assert [(r.content.topic, r.content.preference) for r in learned] == [("citation style", "APA")]
+
+
+def test_a_question_nobody_answered_is_asked_again_by_the_replay(
+    prefect_harness, kit, watch_for_pause
+) -> None:
+    citation = Requirement("citation style", options=["APA", "MLA"], question=QUESTION)
+    graph = TaskGraph([TaskNode(id="draft", tool=kit.record, requires=[citation])])
+    options = {"agent": kit.agent, "episode_id": "paper-8", "result_storage": kit.results}
+    options |= {"poll_interval": 0.5}
+
+    unanswered = watch_for_pause(lambda waiting: None)
+    with pytest.raises(ClarificationTimeoutError):
+        run_persona_graph(graph, "ada", "Finish my paper", pause_timeout=2, **options)
+    unanswered.finish()
+
+    answered = watch_for_pause(lambda waiting: answer_clarification(waiting.flow_run_id, "MLA"))
+    result = run_persona_graph(graph, "ada", "Finish my paper", pause_timeout=60, **options)
+    assert answered.finish() != unanswered.finish()
+
+    assert result["metrics"]["clarifications"] == 1
+    assert result["outputs"]["draft"]["answer"] == "MLA"
+    assert kit.calls == {"draft": 1}
