@@ -90,14 +90,8 @@ def draft(context: NodeContext) -> dict[str, Any]:
 def format_references(context: NodeContext) -> dict[str, Any]:
     """Format the references in the person's citation style."""
     _did(context)
-    style = context.answer or next(
-        (
-            c.text.split(": ", 1)[1]
-            for c in context.constraints
-            if c.requirement == "citation style"
-        ),
-        "unknown",
-    )
+    known = context.requirement("citation style")
+    style = known.value if known else "unknown"
     papers = context.inputs["gather_sources"]["papers"]
     return {"style": style, "references": [f"[{style}] {paper}" for paper in papers]}
 

@@ -11,7 +11,13 @@ from autopersona_flows.flows.answers import (
     pending_clarifications,
 )
 from autopersona_flows.flows.cache_policies import NodeCachePolicy, node_cache_key
-from autopersona_flows.flows.context import NodeContext, PersonaRuntime, persona_runtime
+from autopersona_flows.flows.context import (
+    AnsweredQuestion,
+    NodeContext,
+    PersonaRuntime,
+    RequirementValue,
+    persona_runtime,
+)
 from autopersona_flows.flows.decorators import PersonaTask, persona_task
 from autopersona_flows.flows.flow import graph_runner, persona_graph, run_persona_graph
 from autopersona_flows.flows.graph import GraphSpec, NodeSpec, TaskGraph, TaskNode, resolve_tool
@@ -25,6 +31,7 @@ from autopersona_flows.flows.settings import (
 )
 
 __all__ = [
+    "AnsweredQuestion",
     "AutopersonaSettings",
     "GraphSpec",
     "NodeCachePolicy",
@@ -34,6 +41,7 @@ __all__ = [
     "PendingClarification",
     "PersonaRuntime",
     "PersonaTask",
+    "RequirementValue",
     "TaskGraph",
     "TaskNode",
     "answer_clarification",

@@ -18,11 +18,60 @@ from autopersona_flows.errors import FlowConfigurationError
 from autopersona_flows.memory.records import JsonValue
 from autopersona_flows.memory.retrieval import MemoryBundle
 
-__all__ = ["NodeContext", "PauseMode", "PersonaRuntime", "current_runtime", "persona_runtime"]
+__all__ = [
+    "AnsweredQuestion",
+    "NodeContext",
+    "PauseMode",
+    "PersonaRuntime",
+    "RequirementValue",
+    "current_runtime",
+    "persona_runtime",
+]
 
 PauseMode = Literal["auto", "pause", "suspend"]
 """How a run waits for an answer: ``suspend`` frees the worker (deployments only),
 ``pause`` keeps the process polling, ``auto`` suspends when the run has a deployment."""
+
+
+class AnsweredQuestion(BaseModel):
+    """A question a node asked in this episode, and the person's answer.
+
+    Attributes:
+        question: The question, as asked.
+        requirement: The requirement it asked about, if any.
+        answer: The person's answer.
+        memory_id: The persona memory the answer was learned as, if one was written.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    question: str
+    requirement: str | None = None
+    answer: str
+    memory_id: str | None = None
+
+
+class RequirementValue(BaseModel):
+    """The value a node runs with for one of its requirements, and where it came from.
+
+    Attributes:
+        name: The requirement.
+        value: The value: a declared option, or the words of the memory or answer.
+        source: ``"answered"`` if the person answered it in this episode,
+            ``"memory"`` if memory held it already.
+        memory_id: The memory it rests on (for an answer, the one it was learned as).
+        text: The constraint as the agent put it (``"citation style: APA"``).
+        evidence: Every memory it rests on, ``memory_id`` first.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    value: str | None
+    source: Literal["memory", "answered"]
+    memory_id: str | None = None
+    text: str = ""
+    evidence: list[str] = Field(default_factory=list)
 
 
 class NodeContext(BaseModel):
@@ -37,8 +86,12 @@ class NodeContext(BaseModel):
         memories: What retrieval found for this node.
         inputs: The outputs of the nodes this one depends on, by node id.
         tools: Names of the other tools of the graph.
-        answer: The person's answer, if this node asked a question.
-        question: The question asked, if any.
+        requirements: The value of each requirement the node runs with, by name:
+            from memory or answered in this episode (see `requirement`). A
+            requirement neither answered is absent.
+        answers: The questions this node asked and their answers, in order.
+        answer: The last answer, if this node asked.
+        question: The last question asked, if any.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -51,8 +104,14 @@ class NodeContext(BaseModel):
     memories: MemoryBundle = Field(default_factory=MemoryBundle)
     inputs: dict[str, JsonValue] = Field(default_factory=dict)
     tools: list[str] = Field(default_factory=list)
+    requirements: dict[str, RequirementValue] = Field(default_factory=dict)
+    answers: list[AnsweredQuestion] = Field(default_factory=list)
     answer: str | None = None
     question: str | None = None
+
+    def requirement(self, name: str) -> RequirementValue | None:
+        """The value the node runs with for requirement ``name``, or None if it has none."""
+        return self.requirements.get(name)
 
     @classmethod
     def build(
@@ -62,16 +121,17 @@ class NodeContext(BaseModel):
         user_id: str,
         query: str,
         decision: FinalDecision | ClarifyDecision,
-        answer: str | None,
+        answers: list[AnsweredQuestion],
         inputs: dict[str, Any],
         tools: list[str],
     ) -> NodeContext:
-        """Assemble the context from a decision (and the answer to it, if any)."""
+        """Assemble the context from a decision and the answers given before it."""
+        last = answers[-1] if answers else None
         if isinstance(decision, FinalDecision):
-            guidance, constraints, question = decision.guidance, decision.constraints, None
-        else:
-            guidance = f"{decision.question} The person answered: {answer}"
-            constraints, question = [], decision.question
+            guidance, constraints = decision.guidance, decision.constraints
+        else:  # the policy asked again what was answered: the answers are the guidance
+            guidance = " ".join(f"{a.question} The person answered: {a.answer}" for a in answers)
+            constraints = []
         return cls(
             node=node,
             user_id=user_id,
@@ -81,9 +141,44 @@ class NodeContext(BaseModel):
             memories=decision.memories,
             inputs=inputs,
             tools=tools,
-            answer=answer,
-            question=question,
+            requirements=_requirement_values(constraints, answers),
+            answers=answers,
+            answer=last.answer if last else None,
+            question=last.question if last else None,
         )
+
+
+def _requirement_values(
+    constraints: list[Constraint], answers: list[AnsweredQuestion]
+) -> dict[str, RequirementValue]:
+    answered = {a.requirement: a for a in answers if a.requirement}
+    learned = {a.memory_id for a in answers if a.memory_id}
+    values: dict[str, RequirementValue] = {}
+    for c in constraints:
+        if c.requirement is None or c.requirement in values:
+            continue
+        fresh = c.memory_id in learned or c.requirement in answered
+        values[c.requirement] = RequirementValue(
+            name=c.requirement,
+            value=c.value,
+            source="answered" if fresh else "memory",
+            memory_id=c.memory_id,
+            text=c.text,
+            evidence=c.evidence or [c.memory_id],
+        )
+    for name, a in answered.items():  # answered, yet not among the constraints
+        values.setdefault(
+            name,
+            RequirementValue(
+                name=name,
+                value=a.answer,
+                source="answered",
+                memory_id=a.memory_id,
+                text=f"{name}: {a.answer}",
+                evidence=[a.memory_id] if a.memory_id else [],
+            ),
+        )
+    return values
 
 
 @dataclass(frozen=True)

@@ -65,9 +65,9 @@ class PersonaTask(Generic[P, R]):
         steps = NodeSteps(runtime, episode_of(runtime, None), StepCounter())
         info = NodeInfo(id=self.node.id, instruction=self.node.instruction)
         with steps.active():
-            decision, answer = None, None
+            decision, answers = None, []
             if steps.may_ask(self.node.requires):
-                decision, answer = steps.prepare(
+                decision, answers = steps.prepare(
                     info,
                     requirements=self.node.requires,
                     user_id=runtime.user_id,
@@ -85,7 +85,7 @@ class PersonaTask(Generic[P, R]):
                     query=runtime.query,
                     requirements=self.node.requires,
                     decision=decision,
-                    answer=answer,
+                    answers=answers,
                     inputs={},
                     tools=[],
                     **arguments,

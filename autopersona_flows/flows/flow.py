@@ -15,7 +15,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from autopersona_flows.agent.agent import PersonaAgent
 from autopersona_flows.agent.decisions import NodeInfo
 from autopersona_flows.errors import FlowConfigurationError, GraphError
-from autopersona_flows.flows.context import current_runtime, persona_runtime
+from autopersona_flows.flows.context import AnsweredQuestion, current_runtime, persona_runtime
 from autopersona_flows.flows.graph import GraphSpec, TaskGraph, resolve_tool
 from autopersona_flows.flows.settings import load_settings
 from autopersona_flows.flows.tasks import NodeSteps, StepCounter, episode_of
@@ -111,12 +111,12 @@ def _run_graph(
     steps = NodeSteps(runtime, episode_of(runtime, episode_id), counter)
     tools = list(graph.order)
     futures: dict[str, PrefectFuture[Any]] = {}
-    answers: dict[str, str | None] = {}
+    answers: dict[str, list[AnsweredQuestion]] = {}
     with steps.active():
         for node_id in graph.order:
             node = graph.nodes[node_id]
             info = NodeInfo(id=node.id, instruction=node.instruction)
-            decision, answers[node_id] = None, None
+            decision, answers[node_id] = None, []
             if steps.may_ask(node.requires):
                 decision, answers[node_id] = steps.prepare(
                     info,
@@ -137,7 +137,7 @@ def _run_graph(
                     query=query,
                     requirements=node.requires,
                     decision=decision,
-                    answer=answers[node_id],
+                    answers=answers[node_id],
                     inputs=inputs,
                     tools=tools,
                 ),
@@ -146,9 +146,6 @@ def _run_graph(
     results = {node_id: future.result() for node_id, future in futures.items()}
     outputs = {node_id: result["output"] for node_id, result in results.items()}
     decisions = {node_id: result["decision"] for node_id, result in results.items()}
-    for node_id, summary in decisions.items():
-        if summary["action"] == "clarify":
-            summary["answer"] = answers[node_id]
     cached = sum(future.state.name == "Cached" for future in futures.values())
     _decision_table(decisions)
     return {
@@ -172,8 +169,8 @@ def _decision_table(decisions: dict[str, dict[str, Any]]) -> None:
             {
                 "node": node_id,
                 "action": summary["action"],
-                "question": summary.get("question", ""),
-                "answer": summary.get("answer") or "",
+                "question": " / ".join(a["question"] for a in summary.get("answers", [])),
+                "answer": " / ".join(a["answer"] for a in summary.get("answers", [])),
                 "constraints": "; ".join(c["text"] for c in summary["constraints"]),
                 "memory ids": ", ".join(c["memory_id"] for c in summary["constraints"]),
                 "scores": ", ".join(str(c["score"]) for c in summary["constraints"]),

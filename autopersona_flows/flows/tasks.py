@@ -39,7 +39,7 @@ from autopersona_flows.errors import (
 )
 from autopersona_flows.flows.cache_policies import NodeCachePolicy
 from autopersona_flows.flows.clarification import ask, response_key
-from autopersona_flows.flows.context import NodeContext, PersonaRuntime
+from autopersona_flows.flows.context import AnsweredQuestion, NodeContext, PersonaRuntime
 from autopersona_flows.flows.episodes import Asking, EpisodeAnswers
 from autopersona_flows.flows.locks import step_locks
 from autopersona_flows.flows.serializers import OrjsonSerializer
@@ -188,9 +188,15 @@ class NodeSteps:
         return _persona_task(fn, kind, name, retries, self.runtime.result_storage)
 
     def decide(self, inputs: dict[str, Any]) -> Any:
-        """The decide task's work: the agent's decision for the request in ``inputs``."""
+        """The decide task's work: the agent's decision for the request in ``inputs``.
+
+        ``inputs`` may carry the ``answered`` questions of earlier rounds: they are
+        in memory by now and only key the step.
+        """
         self.counter.add("decisions")
-        request = PersonaRequest.model_validate_json(_json.dumps(inputs))
+        request = PersonaRequest.model_validate_json(
+            _json.dumps({k: v for k, v in inputs.items() if k != "answered"})
+        )
         decision = self.runtime.agent.decide(request)
         # Embeddings would only weigh down every stored result and cache key.
         return _json.loads(decision.model_dump_json(exclude=_EMBEDDINGS))
@@ -213,46 +219,81 @@ class NodeSteps:
         query: str,
         tools: list[str],
         in_flight: list[Any],
-    ) -> tuple[FinalDecision | ClarifyDecision, str | None]:
-        """The pre-hook: decide (cached), and ask and learn when a clarification is due.
+    ) -> tuple[FinalDecision | ClarifyDecision, list[AnsweredQuestion]]:
+        """The pre-hook: decide, and while the decision is a question, ask, learn, decide again.
+
+        Each round is its own cached step, keyed by the answers given before it, so
+        a replay rebuilds every round from the cache and the kept answers and asks
+        nothing again. A question already answered at this node is not asked
+        twice: the node then runs with the answers it has.
 
         Returns:
-            The decision the node runs with, and the person's answer if one was asked.
+            The decision the node runs with, and the questions answered before it.
+
+        Raises:
+            PolicyError: If the policy asks more questions than the node has
+                requirements (plus one), each a new one.
         """
-        request = PersonaRequest(
-            user_id=user_id,
-            query=query,
-            node=node,
-            requirements=requirements,
-            additional_tools=tools,
+        request = _json.loads(
+            PersonaRequest(
+                user_id=user_id,
+                query=query,
+                node=node,
+                requirements=requirements,
+                additional_tools=tools,
+            ).model_dump_json()
         )
-        raw = self._task(_decide, "decide", f"decide-{node.id}")(
-            episode_id=self.episode_id,
-            node_id=node.id,
-            inputs=_json.loads(request.model_dump_json()),
-        )
-        decision = parse_decision(_json.dumps(raw))
-        if isinstance(decision, FinalDecision):
-            return decision, None
-        # The answer is kept per episode, node and question: a replay of the episode
-        # (a new run, a retry) then rebuilds exactly the inputs the node ran with,
-        # instead of asking again or deciding afresh and missing the cache.
+        answered: list[AnsweredQuestion] = []
+        while True:
+            suffix = f"-{len(answered) + 1}" if answered else ""
+            given = [a.model_dump(mode="json") for a in answered]
+            raw = self._task(_decide, "decide", f"decide-{node.id}{suffix}")(
+                episode_id=self.episode_id,
+                node_id=node.id,
+                inputs={**request, "answered": given} if answered else request,
+            )
+            decision = parse_decision(_json.dumps(raw))
+            if isinstance(decision, FinalDecision) or any(
+                a.question == decision.question for a in answered
+            ):
+                return decision, answered
+            if len(answered) > len(requirements):
+                raise PolicyError(
+                    f"{self.runtime.agent.policy!r} asked {len(answered) + 1} questions for "
+                    f"{node.id!r}, which has {len(requirements)} requirements: last "
+                    f"{decision.question!r}"
+                )
+            answer = self._answer(node.id, user_id, decision, in_flight)
+            self._learning[node.id] = decision
+            learned = self._task(_learn, "learn", f"learn-{node.id}{suffix}")(
+                episode_id=self.episode_id,
+                node_id=node.id,
+                inputs={"question": decision.question, "answer": answer, "user_id": user_id},
+            )
+            answered.append(
+                AnsweredQuestion(
+                    question=decision.question,
+                    requirement=decision.requirement,
+                    answer=answer,
+                    memory_id=learned["memory_id"],
+                )
+            )
+
+    def _answer(
+        self, node_id: str, user_id: str, decision: ClarifyDecision, in_flight: list[Any]
+    ) -> str:
+        """The answer to ``decision``: kept from an earlier run of the episode, or asked."""
+        # Kept per episode, node and question: a replay of the episode (a new run, a
+        # retry) then rebuilds exactly the inputs the node ran with.
         answers = EpisodeAnswers(self.runtime.result_storage, self.episode_id)
-        answer = answers.recall(node.id, user_id, decision)
+        answer = answers.recall(node_id, user_id, decision)
         if answer is None:
             self.counter.add("clarifications")
             wait(in_flight)  # nothing runs while we wait, so a suspend loses no work
-            answers.asking(node.id, user_id, decision, self._asking(node.id, decision))
-            answer = ask(node.id, decision, self.runtime)
-            answers.keep(node.id, user_id, decision, answer)
-
-        self._learning[node.id] = decision
-        self._task(_learn, "learn", f"learn-{node.id}")(
-            episode_id=self.episode_id,
-            node_id=node.id,
-            inputs={"question": decision.question, "answer": answer, "user_id": user_id},
-        )
-        return decision, answer
+            answers.asking(node_id, user_id, decision, self._asking(node_id, decision))
+            answer = ask(node_id, decision, self.runtime)
+            answers.keep(node_id, user_id, decision, answer)
+        return answer
 
     def _asking(self, node_id: str, decision: ClarifyDecision) -> Asking:
         context = FlowRunContext.get()
@@ -318,14 +359,14 @@ class NodeSteps:
             user_id=inputs["user_id"],
             query=inputs["query"],
             decision=decision,
-            answer=inputs["answer"],
+            answers=[AnsweredQuestion.model_validate(a) for a in inputs["answers"]],
             inputs={name: result["output"] for name, result in inputs["inputs"].items()},
             tools=inputs["tools"],
         )
         tool = self._tools[node_id]
         output = tool(context, *inputs.get("args", ()), **inputs.get("kwargs", {}))
         output = json_inputs(output, f"the output of {node_id!r}")
-        return {"decision": summarise(decision), "output": output}
+        return {"decision": summarise(decision, context.answers), "output": output}
 
     @staticmethod
     def run_inputs(
@@ -335,7 +376,7 @@ class NodeSteps:
         query: str,
         requirements: list[Requirement],
         decision: FinalDecision | ClarifyDecision | None,
-        answer: str | None,
+        answers: list[AnsweredQuestion],
         inputs: dict[str, Any],
         tools: list[str],
         **extra: Any,
@@ -355,15 +396,17 @@ class NodeSteps:
             "decision": quote(
                 None if decision is None else _json.loads(decision.model_dump_json())
             ),
-            "answer": answer,
+            "answers": quote([a.model_dump(mode="json") for a in answers]),
             "inputs": {name: opaque(value) for name, value in inputs.items()},
             "tools": quote(tools),
             **extra,
         }
 
 
-def summarise(decision: FinalDecision | ClarifyDecision) -> dict[str, Any]:
-    """What a run reports of a decision: the action, the constraints and the question."""
+def summarise(
+    decision: FinalDecision | ClarifyDecision, answers: list[AnsweredQuestion]
+) -> dict[str, Any]:
+    """What a run reports of a decision: the action, the constraints, the questions answered."""
     summary: dict[str, Any] = {
         "action": decision.action,
         "constraints": [
@@ -373,4 +416,9 @@ def summarise(decision: FinalDecision | ClarifyDecision) -> dict[str, Any]:
     }
     if isinstance(decision, ClarifyDecision):
         summary["question"] = decision.question
+    if answers:
+        summary["answers"] = [
+            {"question": a.question, "requirement": a.requirement, "answer": a.answer}
+            for a in answers
+        ]
     return summary

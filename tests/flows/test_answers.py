@@ -80,7 +80,7 @@ def test_pending_questions_are_listed_and_answered(prefect_harness, kit) -> None
     assert waiting.key.startswith("clarify-book-flight-")
     assert waiting.state == "Paused"
     assert seen["still waiting"] == [waiting.flow_run_id]  # a rejected answer resumes nothing
-    assert result["decisions"]["book-flight"]["answer"] == "aisle"
+    assert [a["answer"] for a in result["decisions"]["book-flight"]["answers"]] == ["aisle"]
     assert pending_clarifications() == []
 
 
@@ -122,7 +122,7 @@ def test_the_pending_and_answer_commands(prefect_harness, kit, run_cli) -> None:
     accepted = run_cli("answer", run_id, "own", env=env)
     assert (accepted.returncode, accepted.stdout.strip()) == (0, f"resumed {run_id}")
     runner.join(60)
-    assert outcome["result"]["decisions"]["pay"]["answer"] == "own"
+    assert [a["answer"] for a in outcome["result"]["decisions"]["pay"]["answers"]] == ["own"]
     assert run_cli("pending", env=env).stdout.strip() == "no run is waiting for an answer"
 
 

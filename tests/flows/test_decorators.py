@@ -24,7 +24,7 @@ def format_references(
     """Format the references of the paper."""
     CALLS["format_references"] += 1
     SEEN.append(context)
-    style = context.answer or context.constraints[0].text.split(": ", 1)[1]
+    style = context.requirement("citation style").value
     return {"style": style, "references": references, "numbered": numbered}
 
 

@@ -129,7 +129,7 @@ def test_an_answer_given_just_before_a_crash_is_not_asked_again(
     assert result["metrics"]["clarifications"] == 0
     assert result["metrics"]["cache_hits"] == 2  # fetch and outline, from the crashed run
     assert result["outputs"]["draft"] == {"node": "draft", "answer": "APA"}
-    assert result["decisions"]["draft"]["answer"] == "APA"
+    assert [a["answer"] for a in result["decisions"]["draft"]["answers"]] == ["APA"]
     assert tool_calls(tmp_path) == {"fetch": 1, "outline": 1, "draft": 1, "send": 1}
     learned = JsonlMemoryStore(tmp_path / "store").list("ada", "persona")
     assert [(r.content.topic, r.content.preference) for r in learned] == [("citation style", "APA")]

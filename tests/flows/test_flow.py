@@ -144,18 +144,19 @@ def test_a_missing_preference_pauses_the_run_until_a_valid_answer(kit, watch_for
     assert all(kit.contexts[n][0].answer is None for n in ("fetch", "outline", "send"))
     assert result["metrics"] | {"seconds": 0} == {
         "nodes": 4,
-        "decisions": 4,
+        "decisions": 5,  # draft is decided again once its answer is learned
         "clarifications": 1,
         "tool_executions": 4,
         "cache_hits": 0,
         "seconds": 0,
     }
-    assert result["decisions"]["draft"] | {"constraints": []} == {
-        "action": "clarify",
-        "question": QUESTION,
-        "answer": "APA",
-        "constraints": [],
-    }
+    summary = result["decisions"]["draft"]
+    assert (summary["action"], summary["answers"]) == (
+        "final",
+        [{"question": QUESTION, "requirement": "citation style", "answer": "APA"}],
+    )
+    assert draft.requirement("citation style").value == "APA"
+    assert draft.requirement("citation style").source == "answered"
 
     # The answer is now a persona memory of the user, under the requirement's name.
     learned = [(r.content.topic, r.content.preference) for r in kit.store.list(USER, "persona")]
