@@ -182,11 +182,22 @@ def _cmd_users(args: argparse.Namespace) -> None:
 
 def _cmd_verify(args: argparse.Namespace) -> None:
     store = _existing_store(args.store)
+    # Only JSONL stores have folders that other programs can leave things in.
+    strays = store.strays() if isinstance(store, JsonlMemoryStore) else []
+    for stray in strays:
+        print(
+            f"{'damage' if stray.damage else 'warning'}: {stray.path}: {stray.reason}",
+            file=sys.stderr,
+        )
+    damaged = [stray.path for stray in strays if stray.damage]
     users = store.users()
     for user_id in users:
         store.snapshot(user_id)  # parses every line of every bank
         for layer in LAYERS:
             store.history(user_id, layer, "")  # and of every change history
+    if damaged:
+        names = ", ".join(path.name for path in damaged)
+        raise MemoryStoreError(f"damage in {damaged[0].parent}: {names} (see above)")
     print(f"ok: {len(users)} users, every bank and history readable")
 
 

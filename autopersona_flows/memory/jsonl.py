@@ -37,6 +37,7 @@ import os
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import ClassVar
@@ -74,9 +75,25 @@ from autopersona_flows.memory.records import (
     content_type,
 )
 from autopersona_flows.memory.snapshots import MemoryChange, MemorySnapshot
-from autopersona_flows.memory.users import check_user_id, user_key
+from autopersona_flows.memory.users import check_user_id, is_user_key, user_key
 
-__all__ = ["JsonlMemoryStore"]
+__all__ = ["JsonlMemoryStore", "StrayEntry"]
+
+
+@dataclass(frozen=True)
+class StrayEntry:
+    """Something in a store's ``users/`` folder that is not a user's folder.
+
+    Attributes:
+        path: The entry.
+        damage: Whether it looks like damage rather than a file another program left:
+            it bears a user folder's name but is not a folder.
+        reason: What it is and what to do about it.
+    """
+
+    path: Path
+    damage: bool
+    reason: str
 
 
 class JsonlMemoryStore:
@@ -266,13 +283,19 @@ class JsonlMemoryStore:
         return [c for c in changes if memory_id is None or c.before.id == memory_id]
 
     def users(self) -> builtins.list[str]:
-        """Return every user with a bank here, sorted; see `MemoryStore.users`."""
+        """Return every user with a bank here, sorted; see `MemoryStore.users`.
+
+        Only folders named as the store names a user's folder count: anything else
+        in ``users/`` (a ``.DS_Store``, a note) is ignored, and `strays` lists it.
+        """
         found = []
         try:
             folders = builtins.list((self.root / "users").iterdir())
         except FileNotFoundError:
             return []
         for folder in folders:
+            if not is_user_key(folder.name) or not folder.is_dir():
+                continue
             for layer in LAYERS:
                 path = folder / f"{layer}.jsonl"
                 try:
@@ -291,6 +314,40 @@ class JsonlMemoryStore:
                 found.append(user_id)
                 break
         return sorted(found)
+
+    def strays(self) -> builtins.list[StrayEntry]:
+        """Return what lies in ``users/`` besides user folders, by path.
+
+        Hidden entries (``.DS_Store``, ``._*`` and the like, which file managers and
+        file systems leave everywhere) are left out. A user folder's name on
+        something that is not a folder is `StrayEntry.damage`: that user's banks
+        cannot be read or written. Anything else is ignored by every listing.
+        """
+        try:
+            entries = sorted((self.root / "users").iterdir())
+        except FileNotFoundError:
+            return []
+        found = []
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            if not is_user_key(entry.name):
+                found.append(
+                    StrayEntry(
+                        entry, False, "not a user folder (not a name the store gives); ignored"
+                    )
+                )
+            elif not entry.is_dir():
+                found.append(
+                    StrayEntry(
+                        entry,
+                        True,
+                        "a user folder's name on something that is not a folder: that user's "
+                        "banks cannot be read or written (move it away, then restore the user "
+                        "from a snapshot)",
+                    )
+                )
+        return found
 
     @contextmanager
     def _all_layers(
