@@ -7,6 +7,7 @@ to paste into a ticket or a CI log.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -418,6 +419,13 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code (0 ok, 1 failed, 2 usage)."""
     args = _parser().parse_args(argv)
+    # What the library warns about (e.g. a corrupt file a restore set aside) is for the
+    # person at the terminal, whether or not anything configured logging.
+    warnings = logging.StreamHandler(sys.stderr)
+    warnings.setLevel(logging.WARNING)
+    warnings.setFormatter(logging.Formatter("warning: %(message)s"))
+    logger = logging.getLogger("autopersona_flows")
+    logger.addHandler(warnings)
     try:
         args.run(args)
     except AutopersonaError as exc:
@@ -427,6 +435,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = f" ({exc.filename})" if exc.filename else ""
         print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)
         return 1
+    finally:
+        logger.removeHandler(warnings)
     return 0
 
 

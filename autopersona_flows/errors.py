@@ -89,7 +89,9 @@ class DuplicateMemoryError(MemoryStoreError, ValueError):
 class MemoryStoreCorruptionError(MemoryStoreError):
     """A stored file is malformed; nothing was modified.
 
-    Writes to the affected bank are refused until a person repairs the file.
+    Writes to the affected bank are refused until a person repairs the file, or
+    restores a snapshot over the user's banks with ``replace``: the corrupt file is
+    then kept under a timestamped ``.corrupt`` name and the bank starts afresh.
 
     Attributes:
         path: The malformed file.
@@ -97,15 +99,21 @@ class MemoryStoreCorruptionError(MemoryStoreError):
         reason: What is wrong with it.
     """
 
-    def __init__(self, path: Path, line: int | None, reason: str) -> None:
+    def __init__(
+        self, path: Path | str, line: int | None, reason: str, *, advice: str | None = None
+    ) -> None:
         self.path = path
         self.line = line
         self.reason = reason
         where = f"{path}:{line}" if line is not None else str(path)
-        super().__init__(
-            f"{where}: {reason}. Nothing was modified; writes to this bank are refused until "
-            "the file is repaired (fix or remove the line, or restore an exported snapshot)."
-        )
+        super().__init__(f"{where}: {reason}. Nothing was modified; {advice or _REPAIR}")
+
+
+_REPAIR = (
+    "writes to this bank are refused until the file is repaired: fix or remove the line, "
+    "or restore an exported snapshot with replace (`autopersona import --replace`), which "
+    "keeps the corrupt file as *.corrupt beside it."
+)
 
 
 class SnapshotError(MemoryStoreError, ValueError):

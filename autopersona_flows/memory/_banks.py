@@ -6,7 +6,6 @@ is the public face of this module.
 
 from __future__ import annotations
 
-import builtins
 import logging
 import os
 import secrets
@@ -36,17 +35,19 @@ from autopersona_flows.errors import (
 from autopersona_flows.memory._files import (
     atomic_write,
     fsync_dir,
+    keep_as_corrupt,
     lock_file,
+    stat_key,
     unlock_file,
     write_all,
 )
+from autopersona_flows.memory._histories import History, diagnose
 from autopersona_flows.memory.protocol import ChangeSet
 from autopersona_flows.memory.records import (
     MemoryLayer,
     MemoryRecord,
     UtcDatetime,
 )
-from autopersona_flows.memory.snapshots import MemoryChange
 
 __all__ = [
     "BANK_FORMAT",
@@ -55,7 +56,6 @@ __all__ = [
     "Bank",
     "Delete",
     "Header",
-    "diagnose",
     "ensure_store",
     "now",
     "record_line",
@@ -108,17 +108,6 @@ _ENTRY: TypeAdapter[MemoryRecord | Delete | _Batch] = TypeAdapter(
 )
 
 
-def diagnose(raw: bytes, error: ValidationError) -> str:
-    """Say in plain words why a line failed to parse."""
-    try:
-        value = _json.loads(raw)
-    except _json.JSONDecodeError as exc:
-        return f"not valid JSON ({exc})"
-    if not isinstance(value, dict):
-        return f"a line must be a JSON object, found {type(value).__name__}"
-    return f"invalid entry: {error}"
-
-
 def now() -> datetime:
     return datetime.now(UTC)
 
@@ -135,7 +124,7 @@ class Bank:
         self.user_id = user_id
         self.layer: MemoryLayer = layer
         self.path = folder / f"{layer}.jsonl"
-        self.history_path = folder / f"{layer}.history.jsonl"
+        self.history = History(folder / f"{layer}.history.jsonl", layer)
         self.lock_path = folder / f"{layer}.lock"
         self._thread_lock = threading.RLock()
         self._lock_fd: int | None = None
@@ -146,6 +135,12 @@ class Bank:
     def forget(self, *, keep_generation: bool) -> None:
         """Drop the parsed view (e.g. of a corrupt file that is about to be replaced)."""
         self._reset("unreadable" if keep_generation else None)
+
+    def set_aside(self) -> Path:
+        """Keep a corrupt bank file under a ``.corrupt`` name before it is replaced."""
+        kept = keep_as_corrupt(self.path)
+        _log.warning("%s was corrupt; kept it as %s", self.path, kept)
+        return kept
 
     def _reset(self, generation: str | None = None) -> None:
         self.records: dict[str, MemoryRecord] = {}
@@ -216,7 +211,7 @@ class Bank:
             stat = self.path.stat()
         except OSError:
             return False
-        return _key(stat) == self.stat_key
+        return stat_key(stat) == self.stat_key
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -227,7 +222,7 @@ class Bank:
         except FileNotFoundError:
             self._reset()
             return
-        key = _key(stat)
+        key = stat_key(stat)
         with self.path.open("rb") as file:
             header_line = file.readline()
             # The key alone is not proof of "unchanged": with coarse timestamps a torn
@@ -350,21 +345,6 @@ class Bank:
         except KeyError:
             raise MemoryNotFoundError(self.user_id, self.layer, memory_id) from None
 
-    def read_history(self) -> builtins.list[MemoryChange]:
-        try:
-            data = self.history_path.read_bytes()
-        except FileNotFoundError:
-            return []
-        changes = []
-        for line_no, raw in enumerate(data.split(b"\n")[:-1], start=1):
-            try:
-                changes.append(MemoryChange.model_validate_json(raw))
-            except ValidationError as exc:
-                raise MemoryStoreCorruptionError(
-                    self.history_path, line_no, diagnose(raw, exc)
-                ) from None
-        return changes
-
     # -- writing (exclusive lock held, view synced) ----------------------------------------
 
     def append(self, data: bytes, lines: int, *, create_store: Path) -> None:
@@ -385,19 +365,7 @@ class Bank:
         self.size = self.offset
         self.lines += lines
         self.entries += lines
-        self.stat_key = _key(stat)
-
-    def append_history(self, change: MemoryChange) -> None:
-        """Append one change to the history file, cutting a torn last line first."""
-        fd = os.open(self.history_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        try:
-            size = os.fstat(fd).st_size
-            if size and os.pread(fd, 1, size - 1) != b"\n":
-                os.ftruncate(fd, _after_last_newline(fd, size))
-            write_all(fd, change.model_dump_json().encode() + b"\n")
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        self.stat_key = stat_key(stat)
 
     def rewrite(
         self, records: Iterable[MemoryRecord], *, create_store: Path, compacting: bool = False
@@ -432,7 +400,7 @@ class Bank:
                 self.put(record)
         self.offset = self.size = stat.st_size
         self.lines, self.entries = 1 + len(records), len(records)
-        self.stat_key = _key(stat)
+        self.stat_key = stat_key(stat)
 
     def _create(self, store_root: Path) -> None:
         self.rewrite([], create_store=store_root)
@@ -462,26 +430,9 @@ class Bank:
                 _log.warning("compacting %s failed (%s); will retry later", self.path, exc)
 
 
-def _after_last_newline(fd: int, size: int, chunk: int = 1 << 20) -> int:
-    """The offset just past the last newline before ``size`` (0 if there is none)."""
-    end = size
-    while end > 0:
-        start = max(0, end - chunk)
-        found = os.pread(fd, end - start, start).rfind(b"\n")
-        if found >= 0:
-            return start + found + 1
-        end = start
-    return 0
-
-
 def ensure_store(root: Path) -> None:
     marker = root / "store.json"
     if not marker.exists():
         atomic_write(
             marker, _json.dumps({"format": STORE_FORMAT, "version": FORMAT_VERSION}) + b"\n"
         )
-
-
-def _key(stat: os.stat_result) -> tuple[int, ...]:
-    """What identifies one state of a bank file: inode, device, size and timestamps."""
-    return (stat.st_ino, stat.st_dev, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)

@@ -5,9 +5,18 @@ from __future__ import annotations
 import fcntl
 import os
 import tempfile
+from datetime import UTC, datetime
 from pathlib import Path
 
-__all__ = ["atomic_write", "fsync_dir", "lock_file", "unlock_file", "write_all"]
+__all__ = [
+    "atomic_write",
+    "fsync_dir",
+    "keep_as_corrupt",
+    "lock_file",
+    "stat_key",
+    "unlock_file",
+    "write_all",
+]
 
 
 def fsync_dir(path: Path) -> None:
@@ -75,3 +84,25 @@ def lock_file(path: Path, *, exclusive: bool) -> int | None:
 def unlock_file(fd: int) -> None:
     """Release a lock taken by `lock_file`."""
     os.close(fd)  # closing the last descriptor releases the flock
+
+
+def keep_as_corrupt(path: Path) -> Path:
+    """Give ``path``'s file a second name, timestamped and ending in ``.corrupt``.
+
+    A hard link: whatever then replaces or removes ``path`` leaves the old bytes
+    where a person can read them. ``persona.history.jsonl`` is kept as e.g.
+    ``persona.history.20260314T091500123456Z.corrupt``.
+
+    Returns:
+        The new name.
+    """
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    kept = path.with_name(f"{path.name.removesuffix('.jsonl')}.{stamp}.corrupt")
+    os.link(path, kept)
+    fsync_dir(path.parent)
+    return kept
+
+
+def stat_key(stat: os.stat_result) -> tuple[int, ...]:
+    """What identifies one state of a file: inode, device, size and timestamps."""
+    return (stat.st_ino, stat.st_dev, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)

@@ -7,6 +7,7 @@ Layout under the root folder::
         persona.jsonl                the bank: a header line, then entries
         persona.history.jsonl        superseded and deleted versions
         persona.lock                 advisory lock guarding both
+        persona.<time>.corrupt       a corrupt bank (or history) a restore set aside
 
 A bank's first line is a header naming its user, layer and *generation*. Each
 following line is an entry: a record (adds it, or replaces the record with that
@@ -18,9 +19,10 @@ temporary file, fsynced and renamed over the bank, with a new generation.
 `JsonlMemoryStore.compact` does the same on demand (e.g. from a maintenance job).
 
 A crash in the middle of an append leaves an incomplete last entry. Readers
-ignore it; the next writer truncates it away. Any other malformed line raises
-`MemoryStoreCorruptionError` naming the file and line, and leaves the bank
-untouched and unwritable until a person repairs it.
+ignore it; the next writer truncates it away. Any other malformed line, in the
+bank or its history, raises `MemoryStoreCorruptionError` naming the file and
+line, and leaves the bank untouched and unwritable until a person repairs it or
+restores a snapshot over it (`JsonlMemoryStore.restore` with ``replace``).
 
 Each process keeps what it parsed of a bank in memory, keyed by the file's
 identity and size, and reads only what was appended since; a compaction by any
@@ -59,10 +61,10 @@ from autopersona_flows.memory._banks import (
     Bank,
     Delete,
     Header,
-    diagnose,
     now,
     record_line,
 )
+from autopersona_flows.memory._histories import diagnose
 from autopersona_flows.memory.protocol import ChangeSet
 from autopersona_flows.memory.records import (
     LAYERS,
@@ -159,6 +161,7 @@ class JsonlMemoryStore:
         bank = self._bank(user_id, layer)
         with bank.hold(exclusive=True):
             bank.sync()
+            bank.history.check()
             yield bank
             bank.maybe_compact(self.compact_min_dead, create_store=self.root)
 
@@ -241,7 +244,7 @@ class JsonlMemoryStore:
             after = before.revised(content, embedding=embedding, at=at, valid_until=valid_until)
             # History first: a crash between the two writes may leave a history entry
             # for an update that never landed, but never loses the superseded version.
-            bank.append_history(
+            bank.history.append(
                 MemoryChange(
                     operation="update",
                     at=after.updated_at,
@@ -261,7 +264,7 @@ class JsonlMemoryStore:
         with self._write(user_id, layer) as bank:
             before = bank.require(memory_id)
             at = now()
-            bank.append_history(
+            bank.history.append(
                 MemoryChange(operation="delete", at=at, before=before, reason=reason)
             )
             tombstone = Delete(op="delete", id=memory_id, at=at)
@@ -279,7 +282,7 @@ class JsonlMemoryStore:
     ) -> builtins.list[MemoryChange]:
         """Return a record's superseded and deleted versions; see `MemoryStore.history`."""
         with self._read(user_id, layer) as bank:
-            changes = bank.read_history()
+            changes = bank.history.read()
         return [c for c in changes if memory_id is None or c.before.id == memory_id]
 
     def users(self) -> builtins.list[str]:
@@ -364,7 +367,17 @@ class JsonlMemoryStore:
                     if not overwrite:
                         raise
                     # About to be replaced whole: a corrupt bank is what a restore repairs.
-                    bank.forget(keep_generation=bank.path.exists())
+                    # Its bytes are kept, as they may hold more than the snapshot.
+                    bank.set_aside()
+                    bank.forget(keep_generation=True)
+                if not exclusive:
+                    continue
+                try:
+                    bank.history.check()
+                except MemoryStoreCorruptionError:
+                    if not overwrite:
+                        raise
+                    bank.history.set_aside()  # the restored bank starts a fresh history
             yield banks
 
     def snapshot(self, user_id: str) -> MemorySnapshot:
@@ -383,8 +396,15 @@ class JsonlMemoryStore:
         """Load a snapshot into its user's bank; see `MemoryStore.restore`.
 
         Each layer is replaced atomically; with ``replace``, the records it drops
-        are not added to the change history, and a corrupt bank is overwritten
-        (restoring an exported snapshot is how a corrupt bank is repaired).
+        are not added to the change history. Restoring with ``replace`` is also how
+        a corrupt bank or history is repaired: the corrupt file is kept beside it
+        under a timestamped ``.corrupt`` name, a bank is replaced by the snapshot's
+        records and a history starts afresh, so the user reads and writes again.
+
+        Raises:
+            SnapshotError: If the user has memories and ``replace`` is false.
+            MemoryStoreCorruptionError: If a bank or history of the user is
+                malformed and ``replace`` is false; nothing is written.
         """
         with self._all_layers(snapshot.user_id, exclusive=True, overwrite=replace) as banks:
             existing = sum(len(bank.records) for bank in banks.values())
@@ -429,5 +449,6 @@ class JsonlMemoryStore:
                 continue
             with bank.hold(exclusive=True):
                 bank.sync()
+                bank.history.check()
                 dropped += bank.compact(create_store=self.root)
         return dropped

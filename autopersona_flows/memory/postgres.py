@@ -95,6 +95,10 @@ CREATE TABLE IF NOT EXISTS autopersona_history (
     PRIMARY KEY (user_id, layer, seq)
 );
 """
+_REPAIR_ROW = (
+    "fix or delete the row; restoring a snapshot with replace (`autopersona import --replace`) "
+    "replaces the user's memory rows, not their history"
+)
 _SCHEMA_LOCK = 0x6175_746F_7065  # "autope": serialises concurrent first uses
 
 
@@ -108,7 +112,9 @@ def _record(raw: bytes, where: str) -> MemoryRecord:
     try:
         return MemoryRecord.model_validate_json(raw)
     except ValueError as exc:
-        raise MemoryStoreCorruptionError(where, 0, f"not a valid memory record: {exc}") from None
+        raise MemoryStoreCorruptionError(
+            where, None, f"not a valid memory record: {exc}", advice=_REPAIR_ROW
+        ) from None
 
 
 class PostgresMemoryStore:
@@ -460,7 +466,9 @@ class PostgresMemoryStore:
         memories: dict[MemoryLayer, builtins.list[MemoryRecord]] = {layer: [] for layer in LAYERS}
         for layer, raw in rows:
             if layer not in memories:
-                raise MemoryStoreCorruptionError(f"{self!r}", 0, f"a record of layer {layer!r}")
+                raise MemoryStoreCorruptionError(
+                    f"{self!r}", None, f"a record of layer {layer!r}", advice=_REPAIR_ROW
+                )
             memories[layer].append(_record(raw, f"{self!r} {layer}"))
         return MemorySnapshot.of(user_id, memories)
 
@@ -518,4 +526,6 @@ def _change(raw: bytes, where: str) -> MemoryChange:
     try:
         return MemoryChange.model_validate_json(raw)
     except ValueError as exc:
-        raise MemoryStoreCorruptionError(where, 0, f"not a valid change: {exc}") from None
+        raise MemoryStoreCorruptionError(
+            where, None, f"not a valid change: {exc}", advice=_REPAIR_ROW
+        ) from None

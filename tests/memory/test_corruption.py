@@ -7,10 +7,12 @@ import pytest
 
 from autopersona_flows import (
     JsonlMemoryStore,
+    MemoryRecord,
     MemoryStoreCorruptionError,
     PersonaMemory,
     TrajectoryMemory,
 )
+from autopersona_flows.cli import main
 
 
 def make_bank(root: Path) -> tuple[Path, list[bytes]]:
@@ -183,9 +185,12 @@ def test_restoring_a_snapshot_repairs_a_corrupt_bank(tmp_path: Path) -> None:
     path.write_bytes(b"\n".join([*lines[:2], b"{oops", *lines[2:]]) + b"\n")
     with pytest.raises(MemoryStoreCorruptionError):
         store.restore(healthy)  # without replace, nothing is overwritten
+    corrupt = path.read_bytes()
     store.restore(healthy, replace=True)
     assert store.snapshot_fingerprint("ada") == healthy.fingerprint
     assert JsonlMemoryStore(tmp_path / "store").snapshot_fingerprint("ada") == healthy.fingerprint
+    (kept,) = path.parent.glob("persona.*.corrupt")  # the corrupt bank's bytes are kept
+    assert kept.read_bytes() == corrupt
 
 
 def test_a_torn_history_line_longer_than_a_mebibyte_is_cut_whole(tmp_path: Path) -> None:
@@ -198,3 +203,88 @@ def test_a_torn_history_line_longer_than_a_mebibyte_is_cut_whole(tmp_path: Path)
     store.update("ada", "persona", record.id, PersonaMemory(topic="t", preference="2"))
     changes = store.history("ada", "persona", record.id)
     assert [c.before.content.preference for c in changes] == ["0", "1"]
+
+
+def corrupt_history(root: Path) -> tuple[JsonlMemoryStore, Path, MemoryRecord]:
+    """Ada's persona history with a bad line 2 between two good ones."""
+    store = JsonlMemoryStore(root)
+    record = store.add("ada", PersonaMemory(topic="t", preference="0"))
+    for preference in "12":
+        store.update("ada", "persona", record.id, PersonaMemory(topic="t", preference=preference))
+    (history,) = root.glob("users/*/persona.history.jsonl")
+    first, second = history.read_bytes().splitlines(keepends=True)
+    history.write_bytes(first + b'{"operation": "upd\n' + second)
+    return store, history, record
+
+
+def test_a_corrupt_history_refuses_every_write_and_changes_nothing(tmp_path: Path) -> None:
+    _, history, record = corrupt_history(tmp_path / "store")
+
+    def files() -> dict[Path, bytes]:  # lock files aside: taking a lock is no write
+        return {p: p.read_bytes() for p in history.parent.iterdir() if p.suffix != ".lock"}
+
+    files_before = files()
+    store = JsonlMemoryStore(tmp_path / "store")
+    healthy = store.snapshot("ada")  # reads still work: the bank is fine
+    content = PersonaMemory(topic="t", preference="new")
+    for call in (
+        lambda: store.update("ada", "persona", record.id, content),
+        lambda: store.delete("ada", "persona", record.id),
+        lambda: store.add("ada", content),
+        lambda: store.add_many("ada", "persona", [content, content]),
+        lambda: store.compact("ada"),
+        lambda: store.restore(healthy),  # without replace, nothing is overwritten
+        lambda: store.locked("ada", "persona").__enter__(),
+    ):
+        with pytest.raises(MemoryStoreCorruptionError, match="not valid JSON") as info:
+            call()
+        assert (info.value.path, info.value.line) == (history, 2)
+        assert "import --replace" in str(info.value)
+    assert files() == files_before
+    assert store.get("ada", "persona", record.id).content.preference == "2"
+    store.add("ada", TrajectoryMemory(query="another bank of ada is unaffected"))
+
+
+def test_corruption_appended_to_a_checked_history_is_caught(tmp_path: Path) -> None:
+    store = JsonlMemoryStore(tmp_path)
+    record = store.add("ada", PersonaMemory(topic="t", preference="0"))
+    store.update("ada", "persona", record.id, PersonaMemory(topic="t", preference="1"))
+    store.add("ada", PersonaMemory(topic="u", preference="p"))  # the history is checked now
+    (history,) = tmp_path.glob("users/*/persona.history.jsonl")
+    good = history.read_bytes()
+    with history.open("ab") as file:
+        file.write(b"[]\n")
+    with pytest.raises(MemoryStoreCorruptionError, match="JSON object") as info:
+        store.add("ada", PersonaMemory(topic="v", preference="p"))
+    assert info.value.line == 2
+    history.write_bytes(good)  # repaired by hand
+    store.add("ada", PersonaMemory(topic="v", preference="p"))
+    # Edited in place to the same size, by a person or a failing disk: caught too.
+    history.write_bytes(good.replace(b'"operation":"update"', b'"operation":"updatX"'))
+    with pytest.raises(MemoryStoreCorruptionError, match="operation") as info:
+        store.add("ada", PersonaMemory(topic="w", preference="p"))
+    assert info.value.line == 1
+
+
+def test_import_replace_repairs_a_corrupt_history_and_keeps_its_bytes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "store"
+    store, history, record = corrupt_history(root)
+    corrupt = history.read_bytes()
+    snapshot = tmp_path / "ada.json"
+    assert main(["export", str(root), "ada", str(snapshot)]) == 0
+    assert main(["verify", str(root)]) == 1
+    assert f"{history}:2" in capsys.readouterr().err
+
+    assert main(["import", "--replace", str(snapshot), str(root)]) == 0
+    (kept,) = history.parent.glob("persona.history.*.corrupt")
+    assert kept.read_bytes() == corrupt  # nothing deleted
+    assert kept.name.removeprefix("persona.history.").removesuffix("Z.corrupt").isalnum()
+    assert f"kept it as {kept}" in capsys.readouterr().err
+    assert main(["verify", str(root)]) == 0
+    assert capsys.readouterr().out == "ok: 1 users, every bank and history readable\n"
+    # The user is writable again, by this store object and a new one alike.
+    for view in (store, JsonlMemoryStore(root)):
+        view.update("ada", "persona", record.id, PersonaMemory(topic="t", preference="3"))
+    assert [c.before.content.preference for c in store.history("ada", "persona")] == ["2", "3"]
