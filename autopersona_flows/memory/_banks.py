@@ -279,6 +279,10 @@ class Bank:
                 entry = _ENTRY.validate_json(raw)
             except ValidationError as exc:
                 raise MemoryStoreCorruptionError(self.path, line_no, diagnose(raw, exc)) from None
+            if isinstance(entry, MemoryRecord) and entry.layer != self.layer:
+                raise MemoryStoreCorruptionError(
+                    self.path, line_no, f"a {entry.layer} record in the {self.layer} bank"
+                )
             if batch_size:
                 if not isinstance(entry, MemoryRecord):
                     raise MemoryStoreCorruptionError(

@@ -56,9 +56,22 @@ class History:
 
     def _parse(self, raw: bytes, line_no: int) -> MemoryChange:
         try:
-            return MemoryChange.model_validate_json(raw)
+            change = MemoryChange.model_validate_json(raw)
         except ValidationError as exc:
             raise MemoryStoreCorruptionError(self.path, line_no, diagnose(raw, exc)) from None
+        after = change.after
+        others = {record.layer for record in (change.before, after) if record} - {self.layer}
+        if others:
+            raise MemoryStoreCorruptionError(
+                self.path,
+                line_no,
+                f"a change of a {others.pop()} record in the {self.layer} history",
+            )
+        if after is not None and after.id != change.before.id:
+            raise MemoryStoreCorruptionError(
+                self.path, line_no, f"an update of {change.before.id!r} to another record"
+            )
+        return change
 
     def read(self) -> builtins.list[MemoryChange]:
         """Every change, oldest first."""

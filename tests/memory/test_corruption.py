@@ -7,10 +7,12 @@ import pytest
 
 from autopersona_flows import (
     JsonlMemoryStore,
+    MemoryChange,
     MemoryRecord,
     MemoryStoreCorruptionError,
     PersonaMemory,
     TrajectoryMemory,
+    WorkspaceMemory,
 )
 from autopersona_flows.cli import main
 
@@ -23,6 +25,11 @@ def make_bank(root: Path) -> tuple[Path, list[bytes]]:
     (path,) = root.glob("users/*/persona.jsonl")
     return path, path.read_bytes().split(b"\n")[:-1]
 
+
+# A valid record, of a valid layer, but not of the bank it is in.
+WORKSPACE_LINE = (
+    MemoryRecord.of(WorkspaceMemory(state={"file": "notes.md"})).model_dump_json().encode()
+)
 
 # Each case turns the lines of a healthy bank into a corrupt one whose bad line is line 3
 # (line 4 where a batch breaks off: the line that breaks it is the bad one).
@@ -54,6 +61,14 @@ CASES: dict[str, tuple[Callable[[list[bytes]], list[bytes]], str]] = {
         ],
         "query",
     ),
+    "a record of another layer": (
+        lambda lines: [*lines[:2], WORKSPACE_LINE, *lines[2:]],
+        "a workspace record in the persona bank",
+    ),
+    "a record of another layer in a batch": (
+        lambda lines: [*lines[:2], b'{"op":"batch","count":2}', WORKSPACE_LINE, lines[2]],
+        "a workspace record in the persona bank",
+    ),
     "unknown op": (lambda lines: [*lines[:2], b'{"op": "merge", "id": "x"}', *lines[3:]], "merge"),
     "delete of unknown id": (
         lambda lines: [
@@ -80,7 +95,7 @@ def test_corruption_is_reported_with_file_and_line_and_nothing_changes(
     tmp_path: Path, case: str
 ) -> None:
     corrupt, reason = CASES[case]
-    bad_line = 4 if case == "batch ended early" else 3
+    bad_line = 4 if "batch" in case else 3
     path, lines = make_bank(tmp_path / "store")
     bad = b"\n".join(corrupt(lines)) + b"\n"
     path.write_bytes(bad)
@@ -288,3 +303,32 @@ def test_import_replace_repairs_a_corrupt_history_and_keeps_its_bytes(
     for view in (store, JsonlMemoryStore(root)):
         view.update("ada", "persona", record.id, PersonaMemory(topic="t", preference="3"))
     assert [c.before.content.preference for c in store.history("ada", "persona")] == ["2", "3"]
+
+
+def test_a_history_line_of_another_bank_or_record_is_corruption(tmp_path: Path) -> None:
+    store, history, record = corrupt_history(tmp_path / "store")
+    first = history.read_bytes().splitlines(keepends=True)[0]
+    current = store.get("ada", "persona", record.id)
+    someone_else = MemoryRecord.of(PersonaMemory(topic="t", preference="not ada's"))
+    for change, reason in (
+        (
+            MemoryChange(
+                operation="delete",
+                at=current.updated_at,
+                before=MemoryRecord.of(WorkspaceMemory(state={"file": "notes.md"})),
+            ),
+            "a change of a workspace record in the persona history",
+        ),
+        (
+            MemoryChange(
+                operation="update", at=current.updated_at, before=current, after=someone_else
+            ),
+            f"an update of {record.id!r} to another record",
+        ),
+    ):
+        history.write_bytes(first + change.model_dump_json().encode() + b"\n")
+        with pytest.raises(MemoryStoreCorruptionError, match=reason) as info:
+            store.history("ada", "persona")
+        assert (info.value.path, info.value.line) == (history, 2)
+        with pytest.raises(MemoryStoreCorruptionError, match=reason):
+            store.update("ada", "persona", record.id, PersonaMemory(topic="t", preference="3"))
