@@ -9,6 +9,7 @@ each also inherits the builtin it refines, so ``except ValueError`` keeps workin
     │   ├── MemoryNotFoundError (KeyError)
     │   ├── DuplicateMemoryError (ValueError)
     │   ├── MemoryStoreCorruptionError
+    │   ├── UnsafeLinkError
     │   └── SnapshotError (ValueError)
     ├── EmbedderError (ValueError)
     │   └── EmbeddingMismatchError
@@ -53,6 +54,7 @@ __all__ = [
     "ResolverError",
     "RetrievalError",
     "SnapshotError",
+    "UnsafeLinkError",
 ]
 
 
@@ -114,6 +116,27 @@ _REPAIR = (
     "or restore an exported snapshot with replace (`autopersona import --replace`), which "
     "keeps the corrupt file as *.corrupt beside it."
 )
+
+
+class UnsafeLinkError(MemoryStoreError):
+    """A path inside a store is a link that leads outside it; it was not followed.
+
+    The store's folder itself may be a link (wherever it leads is the store), but
+    nothing inside it may lead out: a bank or history linked elsewhere would be read
+    from, or written to, a file the store does not own. Nothing was read or written.
+
+    Attributes:
+        path: The path inside the store.
+        target: Where it leads.
+    """
+
+    def __init__(self, path: Path, target: Path, root: Path) -> None:
+        self.path = path
+        self.target = target
+        super().__init__(
+            f"{path} leads to {target}, outside the store {root}: refusing to follow it, "
+            "nothing was read or written. Replace the link with the file itself."
+        )
 
 
 class SnapshotError(MemoryStoreError, ValueError):

@@ -33,6 +33,7 @@ from autopersona_flows.errors import (
     MemoryStoreCorruptionError,
 )
 from autopersona_flows.memory._files import (
+    StoreRoot,
     atomic_write,
     fsync_dir,
     keep_as_corrupt,
@@ -117,14 +118,19 @@ def record_line(record: MemoryRecord) -> bytes:
 
 
 class Bank:
-    """One (user, layer) log: its lock, and this process's parsed view of it."""
+    """One (user, layer) log: its lock, and this process's parsed view of it.
 
-    def __init__(self, folder: Path, user_id: str, layer: MemoryLayer) -> None:
+    Every file is opened through ``root``: a link leading out of the store raises
+    `UnsafeLinkError`.
+    """
+
+    def __init__(self, folder: Path, user_id: str, layer: MemoryLayer, *, root: StoreRoot) -> None:
         self.folder = folder
         self.user_id = user_id
         self.layer: MemoryLayer = layer
+        self.root = root
         self.path = folder / f"{layer}.jsonl"
-        self.history = History(folder / f"{layer}.history.jsonl", layer)
+        self.history = History(folder / f"{layer}.history.jsonl", layer, root=root)
         self.lock_path = folder / f"{layer}.lock"
         self._thread_lock = threading.RLock()
         self._lock_fd: int | None = None
@@ -164,8 +170,8 @@ class Bank:
         with self._thread_lock:
             if self._depth == 0:
                 if exclusive and not self.folder.is_dir():
-                    self.folder.mkdir(parents=True, exist_ok=True)
-                self._lock_fd = lock_file(self.lock_path, exclusive=exclusive)
+                    self.root.inside(self.folder).mkdir(parents=True, exist_ok=True)
+                self._lock_fd = lock_file(self.root.inside(self.lock_path), exclusive=exclusive)
                 self._exclusive = exclusive
             elif exclusive and not self._exclusive:
                 raise RuntimeError("a shared bank lock cannot be upgraded to an exclusive one")
@@ -218,12 +224,13 @@ class Bank:
     def sync(self) -> None:
         """Bring the parsed view up to date with the file (call with the lock held)."""
         try:
-            stat = self.path.stat()
+            file = self.root.reader(self.path)
         except FileNotFoundError:
             self._reset()
             return
-        key = stat_key(stat)
-        with self.path.open("rb") as file:
+        with file:
+            stat = os.fstat(file.fileno())
+            key = stat_key(stat)
             header_line = file.readline()
             # The key alone is not proof of "unchanged": with coarse timestamps a torn
             # tail can be cut and refilled to the same size within one tick, and a
@@ -355,11 +362,11 @@ class Bank:
         """Append complete entry lines durably, repairing a torn tail first."""
         if self.generation is None:
             self._create(create_store)
-        elif self.size > self.offset:
-            # An earlier writer died mid-append; its entry was never acknowledged.
-            os.truncate(self.path, self.offset)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        fd = self.root.open(self.path, os.O_WRONLY | os.O_APPEND)
         try:
+            if self.size > self.offset:
+                # An earlier writer died mid-append; its entry was never acknowledged.
+                os.ftruncate(fd, self.offset)
             write_all(fd, data)
             os.fsync(fd)
             stat = os.fstat(fd)
@@ -379,6 +386,7 @@ class Bank:
         A compaction keeps the same records, so this process's change feed goes on
         uninterrupted; any other rewrite starts a new epoch.
         """
+        self.root.inside(self.path)  # the folder, too, must not lead elsewhere
         if self.generation is None:
             ensure_store(create_store)
         # Only the holder of the exclusive lock writes this bank's temporary files, so

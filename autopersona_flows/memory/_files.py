@@ -1,14 +1,19 @@
-"""Durable file primitives: atomic replacement, directory fsync and advisory locks."""
+"""File primitives: atomic replacement, directory fsync, advisory locks, staying inside."""
 
 from __future__ import annotations
 
 import fcntl
 import os
+import stat
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import BinaryIO
+
+from autopersona_flows.errors import UnsafeLinkError
 
 __all__ = [
+    "StoreRoot",
     "atomic_write",
     "fsync_dir",
     "keep_as_corrupt",
@@ -26,6 +31,62 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+class StoreRoot:
+    """A store's folder, and the one way its files are opened: never outside it.
+
+    The folder itself may be a link: where it leads is the store. Below it, a path
+    is followed only as far as it stays inside; a bank, history, lock or folder
+    linked elsewhere raises `UnsafeLinkError` and is neither read nor written.
+
+    Args:
+        given: The folder as given (messages name paths under it).
+    """
+
+    def __init__(self, given: Path) -> None:
+        self.given = given
+        self.real = Path(os.path.realpath(given))
+
+    def inside(self, path: Path) -> Path:
+        """Return where ``path`` (under `given`) leads, after checking it stays inside.
+
+        A path that does not exist yet leads where it would be created.
+
+        Raises:
+            UnsafeLinkError: If ``path`` leads outside the store.
+        """
+        try:
+            parts = path.relative_to(self.given).parts
+        except ValueError:
+            parts = None
+        if parts is not None:
+            # The common case in a few lstat calls, not a realpath of the whole path
+            # (~10x dearer): no part below the root is a link.
+            current = self.real
+            for part in parts:
+                current = current / part
+                try:
+                    mode = os.lstat(current).st_mode
+                except (FileNotFoundError, NotADirectoryError):
+                    return self.real.joinpath(*parts)  # nothing further exists to be a link
+                if stat.S_ISLNK(mode):
+                    break
+            else:
+                return current
+        real = Path(os.path.realpath(path))
+        if not real.is_relative_to(self.real):
+            raise UnsafeLinkError(path, real, self.real)
+        return real
+
+    def open(self, path: Path, flags: int, mode: int = 0o644) -> int:
+        """`os.open` ``path`` where it leads, if that is inside the store (see `inside`)."""
+        # O_NOFOLLOW: a link put in place after the check is refused, not followed.
+        return os.open(self.inside(path), flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+
+    def reader(self, path: Path) -> BinaryIO:
+        """Open ``path`` for reading where it leads, if that is inside the store."""
+        return os.fdopen(self.open(path, os.O_RDONLY), "rb")
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -68,7 +129,8 @@ def lock_file(path: Path, *, exclusive: bool) -> int | None:
     threads alike.
     """
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT if exclusive else os.O_RDONLY, 0o644)
+        flags = os.O_RDWR | os.O_CREAT if exclusive else os.O_RDONLY
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except FileNotFoundError:
         if exclusive:
             raise
@@ -103,6 +165,6 @@ def keep_as_corrupt(path: Path) -> Path:
     return kept
 
 
-def stat_key(stat: os.stat_result) -> tuple[int, ...]:
+def stat_key(result: os.stat_result) -> tuple[int, ...]:
     """What identifies one state of a file: inode, device, size and timestamps."""
-    return (stat.st_ino, stat.st_dev, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+    return (result.st_ino, result.st_dev, result.st_size, result.st_mtime_ns, result.st_ctime_ns)

@@ -15,7 +15,13 @@ from pydantic import ValidationError
 
 from autopersona_flows import _json
 from autopersona_flows.errors import MemoryStoreCorruptionError
-from autopersona_flows.memory._files import fsync_dir, keep_as_corrupt, stat_key, write_all
+from autopersona_flows.memory._files import (
+    StoreRoot,
+    fsync_dir,
+    keep_as_corrupt,
+    stat_key,
+    write_all,
+)
 from autopersona_flows.memory.records import MemoryLayer
 from autopersona_flows.memory.snapshots import MemoryChange
 
@@ -44,9 +50,10 @@ class History:
     sets it aside (`set_aside`).
     """
 
-    def __init__(self, path: Path, layer: MemoryLayer) -> None:
+    def __init__(self, path: Path, layer: MemoryLayer, *, root: StoreRoot) -> None:
         self.path = path
         self.layer: MemoryLayer = layer
+        self.root = root
         self._forget()
 
     def _forget(self) -> None:
@@ -76,9 +83,11 @@ class History:
     def read(self) -> builtins.list[MemoryChange]:
         """Every change, oldest first."""
         try:
-            data = self.path.read_bytes()
+            file = self.root.reader(self.path)
         except FileNotFoundError:
             return []
+        with file:
+            data = file.read()
         lines = data.split(b"\n")[:-1]  # whatever follows the last newline is torn
         return [self._parse(raw, line_no) for line_no, raw in enumerate(lines, start=1)]
 
@@ -98,7 +107,7 @@ class History:
             return
         if stat_key(stat) == self._key:
             return
-        with self.path.open("rb") as file:
+        with self.root.reader(self.path) as file:
             key = stat_key(os.fstat(file.fileno()))
             if self._key is None or key[:2] != self._key[:2] or key[2] <= self._checked:
                 # Another file, or one changed without growing (edited in place): start over.
@@ -116,7 +125,7 @@ class History:
 
     def append(self, change: MemoryChange) -> None:
         """Append one change durably, cutting a torn last line first."""
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        fd = self.root.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND)
         try:
             stat = os.fstat(fd)
             size = stat.st_size

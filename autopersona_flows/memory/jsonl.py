@@ -30,6 +30,10 @@ process changes the generation and the cached view is rebuilt.
 
 Locks are POSIX advisory locks (``flock``), one per bank, shared for reads and
 exclusive for writes, plus a thread lock per bank within the process.
+
+The root folder may be a link; every path below it is opened only where it leads
+inside the (resolved) root, so a bank, history, lock or folder linked elsewhere
+raises `UnsafeLinkError` instead of being read or written.
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ from autopersona_flows.memory._banks import (
     now,
     record_line,
 )
+from autopersona_flows.memory._files import StoreRoot
 from autopersona_flows.memory._histories import diagnose
 from autopersona_flows.memory.protocol import ChangeSet
 from autopersona_flows.memory.records import (
@@ -117,6 +122,7 @@ class JsonlMemoryStore:
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
+        self._root = StoreRoot(self.root)  # opens files only inside the store
         self._banks: dict[tuple[str, MemoryLayer], Bank] = {}
         self._banks_lock = threading.Lock()
         self._check_marker()
@@ -127,7 +133,8 @@ class JsonlMemoryStore:
     def _check_marker(self) -> None:
         marker = self.root / "store.json"
         try:
-            data = _json.loads(marker.read_bytes())
+            with self._root.reader(marker) as file:
+                data = _json.loads(file.read())
         except FileNotFoundError:
             return
         except (OSError, _json.JSONDecodeError) as exc:
@@ -147,7 +154,7 @@ class JsonlMemoryStore:
             bank = self._banks.get(key)
             if bank is None:
                 folder = self.root / "users" / user_key(user_id)
-                bank = self._banks[key] = Bank(folder, user_id, layer)
+                bank = self._banks[key] = Bank(folder, user_id, layer, root=self._root)
             return bank
 
     @contextmanager
@@ -302,7 +309,7 @@ class JsonlMemoryStore:
             for layer in LAYERS:
                 path = folder / f"{layer}.jsonl"
                 try:
-                    with path.open("rb") as file:
+                    with self._root.reader(path) as file:
                         line = file.readline()
                 except FileNotFoundError:
                     continue
