@@ -49,6 +49,7 @@ from autopersona_flows.memory.records import (
     MemoryRecord,
     UtcDatetime,
 )
+from autopersona_flows.memory.snapshots import MemoryChange
 
 __all__ = [
     "BANK_FORMAT",
@@ -161,6 +162,9 @@ class Bank:
         self.entries = 0  # entry lines up to offset, header excluded
         self.size = 0  # file size when last read; > offset means a torn tail
         self.stat_key: tuple[int, ...] | None = None
+        # The update or delete the last entry made, until this process knows that its
+        # history entry is written: a writer killed between the two writes leaves it out.
+        self.unrecorded: MemoryChange | None = None
 
     # -- locking ---------------------------------------------------------------------------
 
@@ -298,6 +302,7 @@ class Bank:
                 batch.append(entry)
                 if len(batch) == batch_size:
                     self._commit(batch, batch_size + 1)
+                    self.unrecorded = None
                     batch, batch_size = [], 0
             elif isinstance(entry, _Batch):
                 batch_size = entry.count
@@ -306,9 +311,14 @@ class Bank:
                     raise MemoryStoreCorruptionError(
                         self.path, line_no, f"deletes {entry.id!r}, which is not in the bank"
                     )
+                self.unrecorded = _change("delete", entry.at, self.records[entry.id])
                 self.remove(entry.id)
                 self.entries += 1
             else:
+                before = self.records.get(entry.id)
+                self.unrecorded = (
+                    None if before is None else _change("update", entry.updated_at, before, entry)
+                )
                 self._commit([entry], 1)
             pos = end + 1
             if not batch_size:
@@ -350,6 +360,13 @@ class Bank:
             deleted=[i for i in ids if i not in self.records],
         )
 
+    def history_changes(self) -> list[MemoryChange]:
+        """The history, with the bank's last change even if its entry is not written yet.
+
+        Call with the lock held and the view synced.
+        """
+        return self.history.read(landed=self.unrecorded)
+
     def require(self, memory_id: str) -> MemoryRecord:
         try:
             return self.records[memory_id]
@@ -357,6 +374,29 @@ class Bank:
             raise MemoryNotFoundError(self.user_id, self.layer, memory_id) from None
 
     # -- writing (exclusive lock held, view synced) ----------------------------------------
+
+    def settle(self) -> None:
+        """Write the history entry of the bank's last change, if its writer did not.
+
+        Call before writing, with the history checked. The bank's log holds the
+        superseded version until a compaction, and every compaction comes after
+        this: no change is ever left out of the history.
+        """
+        if self.unrecorded is not None:
+            self.history.recover(self.unrecorded)
+            self.unrecorded = None
+
+    def record(self, change: MemoryChange) -> None:
+        """Append the history entry of a change just written to the bank."""
+        self.unrecorded = change
+        try:
+            self.history.append(change)
+        except OSError as exc:
+            # The change has landed; failing it now would make a caller retry (and
+            # repeat) it. The next write records it, reason and all (`settle`).
+            _log.warning("writing to %s failed (%s); will retry", self.history.path, exc)
+            return
+        self.unrecorded = None
 
     def append(self, data: bytes, lines: int, *, create_store: Path) -> None:
         """Append complete entry lines durably, repairing a torn tail first."""
@@ -404,6 +444,7 @@ class Bank:
         head = header.model_dump_json().encode() + b"\n"
         atomic_write(self.path, head + b"".join(record_line(record) for record in records))
         stat = self.path.stat()
+        self.unrecorded = None  # recorded before any rewrite (`settle`)
         if compacting:
             self.generation = header.generation
         else:
@@ -433,13 +474,24 @@ class Bank:
         return dead
 
     def maybe_compact(self, min_dead: int, *, create_store: Path) -> None:
-        if self.dead > max(min_dead, len(self.records)):
+        # Not while a change awaits its history entry: its superseded version would go.
+        if self.unrecorded is None and self.dead > max(min_dead, len(self.records)):
             try:
                 self.compact(create_store=create_store)
             except OSError as exc:
                 # The write that triggered this has landed; failing it now would make a
                 # caller retry (and duplicate) it. Compaction is retried on a later write.
                 _log.warning("compacting %s failed (%s); will retry later", self.path, exc)
+
+
+def _change(
+    operation: Literal["update", "delete"],
+    at: datetime,
+    before: MemoryRecord,
+    after: MemoryRecord | None = None,
+) -> MemoryChange:
+    # Built for every update and delete line a view reads: no need to validate again.
+    return MemoryChange.model_construct(operation=operation, at=at, before=before, after=after)
 
 
 def ensure_store(root: Path) -> None:

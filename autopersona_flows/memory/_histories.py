@@ -9,6 +9,7 @@ from __future__ import annotations
 import builtins
 import logging
 import os
+from collections import deque
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -25,7 +26,7 @@ from autopersona_flows.memory._files import (
 from autopersona_flows.memory.records import MemoryLayer
 from autopersona_flows.memory.snapshots import MemoryChange
 
-__all__ = ["History", "diagnose"]
+__all__ = ["History", "diagnose", "same_change"]
 
 _log = logging.getLogger(__name__)
 
@@ -41,13 +42,20 @@ def diagnose(raw: bytes, error: ValidationError) -> str:
     return f"invalid entry: {error}"
 
 
+def same_change(a: MemoryChange, b: MemoryChange) -> bool:
+    """Whether two entries record the same change; the reason aside (a recovered one has none)."""
+    return (a.operation, a.at, a.before, a.after) == (b.operation, b.at, b.before, b.after)
+
+
 class History:
     """The change history of one bank, and what this process has checked of it.
 
-    A torn last line (a writer killed mid-append) is not part of the history: reads
-    skip it and the next append cuts it off. Any other bad line is corruption, and
-    `check` refuses the bank's writes until a person repairs the file or a restore
-    sets it aside (`set_aside`).
+    A change is appended here after the bank entry that makes it, so the history
+    never holds a change the bank does not have (see `Bank.settle` for the other
+    way round). A torn last line (a writer killed mid-append) is not part of the
+    history: reads skip it and the next append cuts it off. Any other bad line is
+    corruption, and `check` refuses the bank's writes until a person repairs the
+    file or a restore sets it aside (`set_aside`).
     """
 
     def __init__(self, path: Path, layer: MemoryLayer, *, root: StoreRoot) -> None:
@@ -60,6 +68,7 @@ class History:
         self._key: tuple[int, ...] | None = None  # the file as last checked
         self._checked = 0  # end of the last complete line checked
         self._lines = 0  # complete lines up to _checked
+        self._recent: deque[MemoryChange] = deque(maxlen=2)  # the last two of those lines
 
     def _parse(self, raw: bytes, line_no: int) -> MemoryChange:
         try:
@@ -80,8 +89,12 @@ class History:
             )
         return change
 
-    def read(self) -> builtins.list[MemoryChange]:
-        """Every change, oldest first."""
+    def read(self, *, landed: MemoryChange | None = None) -> builtins.list[MemoryChange]:
+        """Every change, oldest first, ending with ``landed`` if it is not there yet.
+
+        Args:
+            landed: The change the bank's last entry made (see `recover`).
+        """
         try:
             file = self.root.reader(self.path)
         except FileNotFoundError:
@@ -89,7 +102,10 @@ class History:
         with file:
             data = file.read()
         lines = data.split(b"\n")[:-1]  # whatever follows the last newline is torn
-        return [self._parse(raw, line_no) for line_no, raw in enumerate(lines, start=1)]
+        changes = [self._parse(raw, line_no) for line_no, raw in enumerate(lines, start=1)]
+        if landed is not None and not any(same_change(landed, c) for c in changes[-2:]):
+            changes.append(landed)  # in the bank already: `recover` writes its entry
+        return changes
 
     def check(self) -> None:
         """Make sure every complete line is a valid change, before a write to the bank.
@@ -117,7 +133,7 @@ class History:
             data = file.read()
         pos = 0
         while (end := data.find(b"\n", pos)) >= 0:
-            self._parse(data[pos:end], self._lines + 1)
+            self._recent.append(self._parse(data[pos:end], self._lines + 1))
             self._lines += 1
             self._checked += end + 1 - pos
             pos = end + 1
@@ -139,11 +155,30 @@ class History:
             os.close(fd)
         if not stat.st_size:
             fsync_dir(self.path.parent)  # the file may be new: make its name durable too
+        self._recent.append(change)
         if self._key is not None and self._key[:2] == stat_key(after)[:2] and size == self._checked:
             # Nothing unchecked came before this line: the next check need not read it.
             self._checked = after.st_size
             self._lines += 1
             self._key = stat_key(after)
+
+    def recover(self, landed: MemoryChange) -> None:
+        """Append the entry of a change in the bank, unless the history ends with it.
+
+        Call after `check`. A writer killed between its bank entry and this entry
+        leaves it out; recovered from the bank's log, it has no reason (that was
+        never written anywhere). The last two entries are looked at, not one: a
+        history from before entries followed their bank entry may end with one for
+        a change that never landed.
+        """
+        if not any(same_change(landed, recorded) for recorded in self._recent):
+            self.append(landed)
+            _log.warning(
+                "%s: recorded the %s of %s, left out by an interrupted write",
+                self.path,
+                landed.operation,
+                landed.before.id,
+            )
 
     def set_aside(self) -> Path:
         """Move a corrupt history out of the way; the bank starts a fresh, empty one.

@@ -169,6 +169,7 @@ class JsonlMemoryStore:
         with bank.hold(exclusive=True):
             bank.sync()
             bank.history.check()
+            bank.settle()
             yield bank
             bank.maybe_compact(self.compact_min_dead, create_store=self.root)
 
@@ -249,9 +250,13 @@ class JsonlMemoryStore:
         with self._write(user_id, layer) as bank:
             before = bank.require(memory_id)
             after = before.revised(content, embedding=embedding, at=at, valid_until=valid_until)
-            # History first: a crash between the two writes may leave a history entry
-            # for an update that never landed, but never loses the superseded version.
-            bank.history.append(
+            # The bank first: the history never holds a change the bank does not have. A
+            # crash between the two writes leaves this one out of the history file, not
+            # lost: the bank's log keeps the superseded version, and `history` lists it
+            # until the next write records it (`Bank.settle`).
+            bank.append(record_line(after), 1, create_store=self.root)
+            bank.put(after)
+            bank.record(
                 MemoryChange(
                     operation="update",
                     at=after.updated_at,
@@ -260,8 +265,6 @@ class JsonlMemoryStore:
                     reason=reason,
                 )
             )
-            bank.append(record_line(after), 1, create_store=self.root)
-            bank.put(after)
         return after
 
     def delete(
@@ -271,12 +274,10 @@ class JsonlMemoryStore:
         with self._write(user_id, layer) as bank:
             before = bank.require(memory_id)
             at = now()
-            bank.history.append(
-                MemoryChange(operation="delete", at=at, before=before, reason=reason)
-            )
             tombstone = Delete(op="delete", id=memory_id, at=at)
             bank.append(tombstone.model_dump_json().encode() + b"\n", 1, create_store=self.root)
             bank.remove(memory_id)
+            bank.record(MemoryChange(operation="delete", at=at, before=before, reason=reason))
         return before
 
     def changes(self, user_id: str, layer: MemoryLayer, since: str | None = None) -> ChangeSet:
@@ -288,8 +289,11 @@ class JsonlMemoryStore:
         self, user_id: str, layer: MemoryLayer, memory_id: str | None = None
     ) -> builtins.list[MemoryChange]:
         """Return a record's superseded and deleted versions; see `MemoryStore.history`."""
-        with self._read(user_id, layer) as bank:
-            changes = bank.history.read()
+        bank = self._bank(user_id, layer)
+        # Under the lock, not from a warm view: the bank and its history read as one.
+        with bank.hold(exclusive=False):
+            bank.sync()
+            changes = bank.history_changes()
         return [c for c in changes if memory_id is None or c.before.id == memory_id]
 
     def users(self) -> builtins.list[str]:
@@ -385,6 +389,8 @@ class JsonlMemoryStore:
                     if not overwrite:
                         raise
                     bank.history.set_aside()  # the restored bank starts a fresh history
+                    continue
+                bank.settle()
             yield banks
 
     def snapshot(self, user_id: str) -> MemorySnapshot:
@@ -457,5 +463,6 @@ class JsonlMemoryStore:
             with bank.hold(exclusive=True):
                 bank.sync()
                 bank.history.check()
+                bank.settle()
                 dropped += bank.compact(create_store=self.root)
         return dropped
