@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import stat
@@ -18,6 +19,7 @@ __all__ = [
     "fsync_dir",
     "keep_as_corrupt",
     "lock_file",
+    "make_dirs",
     "stat_key",
     "unlock_file",
     "write_all",
@@ -101,10 +103,11 @@ def atomic_write(path: Path, data: bytes, *, make_parents: bool = True) -> None:
     """Replace ``path`` with ``data``: written to a temporary file, fsynced, renamed.
 
     A reader (or a crash) sees the old content or the new, never a mix. Missing
-    parent folders are created unless ``make_parents`` is false.
+    parent folders are created (durably, see `make_dirs`) unless ``make_parents``
+    is false.
     """
     if make_parents:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(path.parent)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         try:
@@ -117,6 +120,26 @@ def atomic_write(path: Path, data: bytes, *, make_parents: bool = True) -> None:
         Path(tmp).unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
+
+
+def make_dirs(folder: Path) -> None:
+    """Create ``folder`` and whatever parents it lacks, each one durably.
+
+    The folder holding each new one is fsynced, so that a crash cannot lose the
+    new folder (and what is then written into it) after the call returns.
+
+    Raises:
+        NotADirectoryError: If something that is not a folder is in the way.
+    """
+    missing = []
+    while not folder.is_dir():
+        if folder.exists() or folder.is_symlink():
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(folder))
+        missing.append(folder)
+        folder = folder.parent
+    for new in reversed(missing):
+        new.mkdir(exist_ok=True)  # another writer may have made it meanwhile
+        fsync_dir(new.parent)
 
 
 def lock_file(path: Path, *, exclusive: bool) -> int | None:
