@@ -65,6 +65,9 @@ DAMAGE: dict[str, Callable[[Path], None]] = {
         (_folder(root, "bob") / "trajectory.jsonl").read_bytes()
     ),
     "a store marker of another format": _marker,
+    "a folder where a bank belongs": lambda root: (
+        _folder(root, "ada") / "workspace.jsonl"
+    ).mkdir(),
     "stray files in users": _strays,
 }
 
@@ -105,6 +108,8 @@ def test_bad_data_is_an_error_message_never_a_traceback(
     err = capsys.readouterr().err
     assert code in (0, 1), err
     if code:
-        assert err.splitlines()[-1].startswith("error: "), err
+        last = err.splitlines()[-1]
+        assert last.startswith("error: "), err
+        assert str(root) in last, f"the message does not say where: {last}"
     if command == "verify":
         assert code == 1  # whatever the damage, verify finds it

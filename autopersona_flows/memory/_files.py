@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
-from autopersona_flows.errors import UnsafeLinkError
+from autopersona_flows.errors import MemoryStoreCorruptionError, UnsafeLinkError
 
 __all__ = [
     "StoreRoot",
@@ -82,9 +82,19 @@ class StoreRoot:
         return real
 
     def open(self, path: Path, flags: int, mode: int = 0o644) -> int:
-        """`os.open` ``path`` where it leads, if that is inside the store (see `inside`)."""
+        """`os.open` the file ``path`` leads to, if that is inside the store (see `inside`).
+
+        Raises:
+            MemoryStoreCorruptionError: If it is not a regular file (e.g. a folder).
+        """
         # O_NOFOLLOW: a link put in place after the check is refused, not followed.
-        return os.open(self.inside(path), flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+        # O_NONBLOCK: a pipe in a file's place must not hang the open (files ignore it).
+        flags |= os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+        fd = os.open(self.inside(path), flags, mode)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise MemoryStoreCorruptionError(path, None, "not a file (a folder, pipe or device)")
+        return fd
 
     def reader(self, path: Path) -> BinaryIO:
         """Open ``path`` for reading where it leads, if that is inside the store."""
