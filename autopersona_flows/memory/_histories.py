@@ -117,13 +117,13 @@ class History:
             MemoryStoreCorruptionError: Naming the first bad line.
         """
         try:
-            stat = os.lstat(self.path)
-        except FileNotFoundError:
+            if stat_key(os.lstat(self.path)) == self._key:
+                return
+            file = self.root.reader(self.path)
+        except FileNotFoundError:  # no history yet (or a link to one not made yet)
             self._forget()
             return
-        if stat_key(stat) == self._key:
-            return
-        with self.root.reader(self.path) as file:
+        with file:
             key = stat_key(os.fstat(file.fileno()))
             if self._key is None or key[:2] != self._key[:2] or key[2] <= self._checked:
                 # Another file, or one changed without growing (edited in place): start over.

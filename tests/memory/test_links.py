@@ -157,3 +157,16 @@ def test_a_store_marker_linked_outside_is_refused(tmp_path: Path) -> None:
     with pytest.raises(UnsafeLinkError) as info:
         JsonlMemoryStore(root)
     assert info.value.target == outside
+
+
+def test_a_history_linked_inside_to_a_file_not_made_yet_is_created_there(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    store = JsonlMemoryStore(root)
+    record = store.add("ada", PersonaMemory(topic="tone", preference="terse"))
+    history = root / "users" / user_key("ada") / "persona.history.jsonl"
+    target = root / "histories" / "ada.jsonl"
+    target.parent.mkdir()
+    history.symlink_to(target)
+    store.update("ada", "persona", record.id, PersonaMemory(topic="tone", preference="warm"))
+    assert len(target.read_bytes().splitlines()) == 1
+    assert [c.before for c in JsonlMemoryStore(root).history("ada", "persona")] == [record]
