@@ -7,6 +7,7 @@ to paste into a ticket or a CI log.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -182,11 +183,22 @@ def _cmd_users(args: argparse.Namespace) -> None:
 
 def _cmd_verify(args: argparse.Namespace) -> None:
     store = _existing_store(args.store)
+    # Only JSONL stores have folders that other programs can leave things in.
+    strays = store.strays() if isinstance(store, JsonlMemoryStore) else []
+    for stray in strays:
+        print(
+            f"{'damage' if stray.damage else 'warning'}: {stray.path}: {stray.reason}",
+            file=sys.stderr,
+        )
+    damaged = [stray.path for stray in strays if stray.damage]
     users = store.users()
     for user_id in users:
         store.snapshot(user_id)  # parses every line of every bank
         for layer in LAYERS:
             store.history(user_id, layer, "")  # and of every change history
+    if damaged:
+        names = ", ".join(path.name for path in damaged)
+        raise MemoryStoreError(f"damage in {damaged[0].parent}: {names} (see above)")
     print(f"ok: {len(users)} users, every bank and history readable")
 
 
@@ -407,6 +419,13 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code (0 ok, 1 failed, 2 usage)."""
     args = _parser().parse_args(argv)
+    # What the library warns about (e.g. a corrupt file a restore set aside) is for the
+    # person at the terminal, whether or not anything configured logging.
+    warnings = logging.StreamHandler(sys.stderr)
+    warnings.setLevel(logging.WARNING)
+    warnings.setFormatter(logging.Formatter("warning: %(message)s"))
+    logger = logging.getLogger("autopersona_flows")
+    logger.addHandler(warnings)
     try:
         args.run(args)
     except AutopersonaError as exc:
@@ -416,6 +435,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = f" ({exc.filename})" if exc.filename else ""
         print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)
         return 1
+    finally:
+        logger.removeHandler(warnings)
     return 0
 
 

@@ -9,6 +9,7 @@ each also inherits the builtin it refines, so ``except ValueError`` keeps workin
     │   ├── MemoryNotFoundError (KeyError)
     │   ├── DuplicateMemoryError (ValueError)
     │   ├── MemoryStoreCorruptionError
+    │   ├── UnsafeLinkError
     │   └── SnapshotError (ValueError)
     ├── EmbedderError (ValueError)
     │   └── EmbeddingMismatchError
@@ -53,6 +54,7 @@ __all__ = [
     "ResolverError",
     "RetrievalError",
     "SnapshotError",
+    "UnsafeLinkError",
 ]
 
 
@@ -89,7 +91,9 @@ class DuplicateMemoryError(MemoryStoreError, ValueError):
 class MemoryStoreCorruptionError(MemoryStoreError):
     """A stored file is malformed; nothing was modified.
 
-    Writes to the affected bank are refused until a person repairs the file.
+    Writes to the affected bank are refused until a person repairs the file, or
+    restores a snapshot over the user's banks with ``replace``: the corrupt file is
+    then kept under a timestamped ``.corrupt`` name and the bank starts afresh.
 
     Attributes:
         path: The malformed file.
@@ -97,14 +101,41 @@ class MemoryStoreCorruptionError(MemoryStoreError):
         reason: What is wrong with it.
     """
 
-    def __init__(self, path: Path, line: int | None, reason: str) -> None:
+    def __init__(
+        self, path: Path | str, line: int | None, reason: str, *, advice: str | None = None
+    ) -> None:
         self.path = path
         self.line = line
         self.reason = reason
         where = f"{path}:{line}" if line is not None else str(path)
+        super().__init__(f"{where}: {reason}. Nothing was modified; {advice or _REPAIR}")
+
+
+_REPAIR = (
+    "writes to this bank are refused until the file is repaired: fix or remove the line, "
+    "or restore an exported snapshot with replace (`autopersona import --replace`), which "
+    "keeps the corrupt file as *.corrupt beside it."
+)
+
+
+class UnsafeLinkError(MemoryStoreError):
+    """A path inside a store is a link that leads outside it; it was not followed.
+
+    The store's folder itself may be a link (wherever it leads is the store), but
+    nothing inside it may lead out: a bank or history linked elsewhere would be read
+    from, or written to, a file the store does not own. Nothing was read or written.
+
+    Attributes:
+        path: The path inside the store.
+        target: Where it leads.
+    """
+
+    def __init__(self, path: Path, target: Path, root: Path) -> None:
+        self.path = path
+        self.target = target
         super().__init__(
-            f"{where}: {reason}. Nothing was modified; writes to this bank are refused until "
-            "the file is repaired (fix or remove the line, or restore an exported snapshot)."
+            f"{path} leads to {target}, outside the store {root}: refusing to follow it, "
+            "nothing was read or written. Replace the link with the file itself."
         )
 
 

@@ -35,7 +35,10 @@ def run_cli() -> Callable[..., subprocess.CompletedProcess[str]]:
     """Run the ``autopersona`` command line in a fresh interpreter, as a user would."""
 
     def run(
-        *args: str, env: dict[str, str] | None = None, timeout: float = 120
+        *args: str,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+        timeout: float = 120,
     ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "autopersona_flows", *args],
@@ -43,6 +46,7 @@ def run_cli() -> Callable[..., subprocess.CompletedProcess[str]]:
             text=True,
             check=False,
             env=env,
+            cwd=cwd,
             timeout=timeout,
         )
 

@@ -6,7 +6,6 @@ is the public face of this module.
 
 from __future__ import annotations
 
-import builtins
 import logging
 import os
 import secrets
@@ -34,12 +33,16 @@ from autopersona_flows.errors import (
     MemoryStoreCorruptionError,
 )
 from autopersona_flows.memory._files import (
+    StoreRoot,
     atomic_write,
     fsync_dir,
+    keep_as_corrupt,
     lock_file,
+    stat_key,
     unlock_file,
     write_all,
 )
+from autopersona_flows.memory._histories import History, diagnose
 from autopersona_flows.memory.protocol import ChangeSet
 from autopersona_flows.memory.records import (
     MemoryLayer,
@@ -55,7 +58,6 @@ __all__ = [
     "Bank",
     "Delete",
     "Header",
-    "diagnose",
     "ensure_store",
     "now",
     "record_line",
@@ -108,17 +110,6 @@ _ENTRY: TypeAdapter[MemoryRecord | Delete | _Batch] = TypeAdapter(
 )
 
 
-def diagnose(raw: bytes, error: ValidationError) -> str:
-    """Say in plain words why a line failed to parse."""
-    try:
-        value = _json.loads(raw)
-    except _json.JSONDecodeError as exc:
-        return f"not valid JSON ({exc})"
-    if not isinstance(value, dict):
-        return f"a line must be a JSON object, found {type(value).__name__}"
-    return f"invalid entry: {error}"
-
-
 def now() -> datetime:
     return datetime.now(UTC)
 
@@ -128,14 +119,19 @@ def record_line(record: MemoryRecord) -> bytes:
 
 
 class Bank:
-    """One (user, layer) log: its lock, and this process's parsed view of it."""
+    """One (user, layer) log: its lock, and this process's parsed view of it.
 
-    def __init__(self, folder: Path, user_id: str, layer: MemoryLayer) -> None:
+    Every file is opened through ``root``: a link leading out of the store raises
+    `UnsafeLinkError`.
+    """
+
+    def __init__(self, folder: Path, user_id: str, layer: MemoryLayer, *, root: StoreRoot) -> None:
         self.folder = folder
         self.user_id = user_id
         self.layer: MemoryLayer = layer
+        self.root = root
         self.path = folder / f"{layer}.jsonl"
-        self.history_path = folder / f"{layer}.history.jsonl"
+        self.history = History(folder / f"{layer}.history.jsonl", layer, root=root)
         self.lock_path = folder / f"{layer}.lock"
         self._thread_lock = threading.RLock()
         self._lock_fd: int | None = None
@@ -146,6 +142,12 @@ class Bank:
     def forget(self, *, keep_generation: bool) -> None:
         """Drop the parsed view (e.g. of a corrupt file that is about to be replaced)."""
         self._reset("unreadable" if keep_generation else None)
+
+    def set_aside(self) -> Path:
+        """Keep a corrupt bank file under a ``.corrupt`` name before it is replaced."""
+        kept = keep_as_corrupt(self.path)
+        _log.warning("%s was corrupt; kept it as %s", self.path, kept)
+        return kept
 
     def _reset(self, generation: str | None = None) -> None:
         self.records: dict[str, MemoryRecord] = {}
@@ -160,6 +162,9 @@ class Bank:
         self.entries = 0  # entry lines up to offset, header excluded
         self.size = 0  # file size when last read; > offset means a torn tail
         self.stat_key: tuple[int, ...] | None = None
+        # The update or delete the last entry made, until this process knows that its
+        # history entry is written: a writer killed between the two writes leaves it out.
+        self.unrecorded: MemoryChange | None = None
 
     # -- locking ---------------------------------------------------------------------------
 
@@ -169,8 +174,8 @@ class Bank:
         with self._thread_lock:
             if self._depth == 0:
                 if exclusive and not self.folder.is_dir():
-                    self.folder.mkdir(parents=True, exist_ok=True)
-                self._lock_fd = lock_file(self.lock_path, exclusive=exclusive)
+                    self.root.inside(self.folder).mkdir(parents=True, exist_ok=True)
+                self._lock_fd = lock_file(self.root.inside(self.lock_path), exclusive=exclusive)
                 self._exclusive = exclusive
             elif exclusive and not self._exclusive:
                 raise RuntimeError("a shared bank lock cannot be upgraded to an exclusive one")
@@ -216,19 +221,20 @@ class Bank:
             stat = self.path.stat()
         except OSError:
             return False
-        return _key(stat) == self.stat_key
+        return stat_key(stat) == self.stat_key
 
     # -- reading ---------------------------------------------------------------------------
 
     def sync(self) -> None:
         """Bring the parsed view up to date with the file (call with the lock held)."""
         try:
-            stat = self.path.stat()
+            file = self.root.reader(self.path)
         except FileNotFoundError:
             self._reset()
             return
-        key = _key(stat)
-        with self.path.open("rb") as file:
+        with file:
+            stat = os.fstat(file.fileno())
+            key = stat_key(stat)
             header_line = file.readline()
             # The key alone is not proof of "unchanged": with coarse timestamps a torn
             # tail can be cut and refilled to the same size within one tick, and a
@@ -284,6 +290,10 @@ class Bank:
                 entry = _ENTRY.validate_json(raw)
             except ValidationError as exc:
                 raise MemoryStoreCorruptionError(self.path, line_no, diagnose(raw, exc)) from None
+            if isinstance(entry, MemoryRecord) and entry.layer != self.layer:
+                raise MemoryStoreCorruptionError(
+                    self.path, line_no, f"a {entry.layer} record in the {self.layer} bank"
+                )
             if batch_size:
                 if not isinstance(entry, MemoryRecord):
                     raise MemoryStoreCorruptionError(
@@ -292,6 +302,7 @@ class Bank:
                 batch.append(entry)
                 if len(batch) == batch_size:
                     self._commit(batch, batch_size + 1)
+                    self.unrecorded = None
                     batch, batch_size = [], 0
             elif isinstance(entry, _Batch):
                 batch_size = entry.count
@@ -300,9 +311,14 @@ class Bank:
                     raise MemoryStoreCorruptionError(
                         self.path, line_no, f"deletes {entry.id!r}, which is not in the bank"
                     )
+                self.unrecorded = _change("delete", entry.at, self.records[entry.id])
                 self.remove(entry.id)
                 self.entries += 1
             else:
+                before = self.records.get(entry.id)
+                self.unrecorded = (
+                    None if before is None else _change("update", entry.updated_at, before, entry)
+                )
                 self._commit([entry], 1)
             pos = end + 1
             if not batch_size:
@@ -344,38 +360,53 @@ class Bank:
             deleted=[i for i in ids if i not in self.records],
         )
 
+    def history_changes(self) -> list[MemoryChange]:
+        """The history, with the bank's last change even if its entry is not written yet.
+
+        Call with the lock held and the view synced.
+        """
+        return self.history.read(landed=self.unrecorded)
+
     def require(self, memory_id: str) -> MemoryRecord:
         try:
             return self.records[memory_id]
         except KeyError:
             raise MemoryNotFoundError(self.user_id, self.layer, memory_id) from None
 
-    def read_history(self) -> builtins.list[MemoryChange]:
-        try:
-            data = self.history_path.read_bytes()
-        except FileNotFoundError:
-            return []
-        changes = []
-        for line_no, raw in enumerate(data.split(b"\n")[:-1], start=1):
-            try:
-                changes.append(MemoryChange.model_validate_json(raw))
-            except ValidationError as exc:
-                raise MemoryStoreCorruptionError(
-                    self.history_path, line_no, diagnose(raw, exc)
-                ) from None
-        return changes
-
     # -- writing (exclusive lock held, view synced) ----------------------------------------
+
+    def settle(self) -> None:
+        """Write the history entry of the bank's last change, if its writer did not.
+
+        Call before writing, with the history checked. The bank's log holds the
+        superseded version until a compaction, and every compaction comes after
+        this: no change is ever left out of the history.
+        """
+        if self.unrecorded is not None:
+            self.history.recover(self.unrecorded)
+            self.unrecorded = None
+
+    def record(self, change: MemoryChange) -> None:
+        """Append the history entry of a change just written to the bank."""
+        self.unrecorded = change
+        try:
+            self.history.append(change)
+        except OSError as exc:
+            # The change has landed; failing it now would make a caller retry (and
+            # repeat) it. The next write records it, reason and all (`settle`).
+            _log.warning("writing to %s failed (%s); will retry", self.history.path, exc)
+            return
+        self.unrecorded = None
 
     def append(self, data: bytes, lines: int, *, create_store: Path) -> None:
         """Append complete entry lines durably, repairing a torn tail first."""
         if self.generation is None:
             self._create(create_store)
-        elif self.size > self.offset:
-            # An earlier writer died mid-append; its entry was never acknowledged.
-            os.truncate(self.path, self.offset)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        fd = self.root.open(self.path, os.O_WRONLY | os.O_APPEND)
         try:
+            if self.size > self.offset:
+                # An earlier writer died mid-append; its entry was never acknowledged.
+                os.ftruncate(fd, self.offset)
             write_all(fd, data)
             os.fsync(fd)
             stat = os.fstat(fd)
@@ -385,19 +416,7 @@ class Bank:
         self.size = self.offset
         self.lines += lines
         self.entries += lines
-        self.stat_key = _key(stat)
-
-    def append_history(self, change: MemoryChange) -> None:
-        """Append one change to the history file, cutting a torn last line first."""
-        fd = os.open(self.history_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        try:
-            size = os.fstat(fd).st_size
-            if size and os.pread(fd, 1, size - 1) != b"\n":
-                os.ftruncate(fd, _after_last_newline(fd, size))
-            write_all(fd, change.model_dump_json().encode() + b"\n")
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        self.stat_key = stat_key(stat)
 
     def rewrite(
         self, records: Iterable[MemoryRecord], *, create_store: Path, compacting: bool = False
@@ -407,6 +426,7 @@ class Bank:
         A compaction keeps the same records, so this process's change feed goes on
         uninterrupted; any other rewrite starts a new epoch.
         """
+        self.root.inside(self.path)  # the folder, too, must not lead elsewhere
         if self.generation is None:
             ensure_store(create_store)
         # Only the holder of the exclusive lock writes this bank's temporary files, so
@@ -424,6 +444,7 @@ class Bank:
         head = header.model_dump_json().encode() + b"\n"
         atomic_write(self.path, head + b"".join(record_line(record) for record in records))
         stat = self.path.stat()
+        self.unrecorded = None  # recorded before any rewrite (`settle`)
         if compacting:
             self.generation = header.generation
         else:
@@ -432,7 +453,7 @@ class Bank:
                 self.put(record)
         self.offset = self.size = stat.st_size
         self.lines, self.entries = 1 + len(records), len(records)
-        self.stat_key = _key(stat)
+        self.stat_key = stat_key(stat)
 
     def _create(self, store_root: Path) -> None:
         self.rewrite([], create_store=store_root)
@@ -453,7 +474,8 @@ class Bank:
         return dead
 
     def maybe_compact(self, min_dead: int, *, create_store: Path) -> None:
-        if self.dead > max(min_dead, len(self.records)):
+        # Not while a change awaits its history entry: its superseded version would go.
+        if self.unrecorded is None and self.dead > max(min_dead, len(self.records)):
             try:
                 self.compact(create_store=create_store)
             except OSError as exc:
@@ -462,16 +484,14 @@ class Bank:
                 _log.warning("compacting %s failed (%s); will retry later", self.path, exc)
 
 
-def _after_last_newline(fd: int, size: int, chunk: int = 1 << 20) -> int:
-    """The offset just past the last newline before ``size`` (0 if there is none)."""
-    end = size
-    while end > 0:
-        start = max(0, end - chunk)
-        found = os.pread(fd, end - start, start).rfind(b"\n")
-        if found >= 0:
-            return start + found + 1
-        end = start
-    return 0
+def _change(
+    operation: Literal["update", "delete"],
+    at: datetime,
+    before: MemoryRecord,
+    after: MemoryRecord | None = None,
+) -> MemoryChange:
+    # Built for every update and delete line a view reads: no need to validate again.
+    return MemoryChange.model_construct(operation=operation, at=at, before=before, after=after)
 
 
 def ensure_store(root: Path) -> None:
@@ -480,8 +500,3 @@ def ensure_store(root: Path) -> None:
         atomic_write(
             marker, _json.dumps({"format": STORE_FORMAT, "version": FORMAT_VERSION}) + b"\n"
         )
-
-
-def _key(stat: os.stat_result) -> tuple[int, ...]:
-    """What identifies one state of a bank file: inode, device, size and timestamps."""
-    return (stat.st_ino, stat.st_dev, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)

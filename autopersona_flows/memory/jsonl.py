@@ -7,6 +7,7 @@ Layout under the root folder::
         persona.jsonl                the bank: a header line, then entries
         persona.history.jsonl        superseded and deleted versions
         persona.lock                 advisory lock guarding both
+        persona.<time>.corrupt       a corrupt bank (or history) a restore set aside
 
 A bank's first line is a header naming its user, layer and *generation*. Each
 following line is an entry: a record (adds it, or replaces the record with that
@@ -18,9 +19,10 @@ temporary file, fsynced and renamed over the bank, with a new generation.
 `JsonlMemoryStore.compact` does the same on demand (e.g. from a maintenance job).
 
 A crash in the middle of an append leaves an incomplete last entry. Readers
-ignore it; the next writer truncates it away. Any other malformed line raises
-`MemoryStoreCorruptionError` naming the file and line, and leaves the bank
-untouched and unwritable until a person repairs it.
+ignore it; the next writer truncates it away. Any other malformed line, in the
+bank or its history, raises `MemoryStoreCorruptionError` naming the file and
+line, and leaves the bank untouched and unwritable until a person repairs it or
+restores a snapshot over it (`JsonlMemoryStore.restore` with ``replace``).
 
 Each process keeps what it parsed of a bank in memory, keyed by the file's
 identity and size, and reads only what was appended since; a compaction by any
@@ -28,6 +30,10 @@ process changes the generation and the cached view is rebuilt.
 
 Locks are POSIX advisory locks (``flock``), one per bank, shared for reads and
 exclusive for writes, plus a thread lock per bank within the process.
+
+The root folder may be a link; every path below it is opened only where it leads
+inside the (resolved) root, so a bank, history, lock or folder linked elsewhere
+raises `UnsafeLinkError` instead of being read or written.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ import os
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import ClassVar
@@ -58,10 +65,11 @@ from autopersona_flows.memory._banks import (
     Bank,
     Delete,
     Header,
-    diagnose,
     now,
     record_line,
 )
+from autopersona_flows.memory._files import StoreRoot
+from autopersona_flows.memory._histories import diagnose
 from autopersona_flows.memory.protocol import ChangeSet
 from autopersona_flows.memory.records import (
     LAYERS,
@@ -74,9 +82,25 @@ from autopersona_flows.memory.records import (
     content_type,
 )
 from autopersona_flows.memory.snapshots import MemoryChange, MemorySnapshot
-from autopersona_flows.memory.users import check_user_id, user_key
+from autopersona_flows.memory.users import check_user_id, is_user_key, user_key
 
-__all__ = ["JsonlMemoryStore"]
+__all__ = ["JsonlMemoryStore", "StrayEntry"]
+
+
+@dataclass(frozen=True)
+class StrayEntry:
+    """Something in a store's ``users/`` folder that is not a user's folder.
+
+    Attributes:
+        path: The entry.
+        damage: Whether it looks like damage rather than a file another program left:
+            it bears a user folder's name but is not a folder.
+        reason: What it is and what to do about it.
+    """
+
+    path: Path
+    damage: bool
+    reason: str
 
 
 class JsonlMemoryStore:
@@ -98,6 +122,7 @@ class JsonlMemoryStore:
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
+        self._root = StoreRoot(self.root)  # opens files only inside the store
         self._banks: dict[tuple[str, MemoryLayer], Bank] = {}
         self._banks_lock = threading.Lock()
         self._check_marker()
@@ -108,7 +133,8 @@ class JsonlMemoryStore:
     def _check_marker(self) -> None:
         marker = self.root / "store.json"
         try:
-            data = _json.loads(marker.read_bytes())
+            with self._root.reader(marker) as file:
+                data = _json.loads(file.read())
         except FileNotFoundError:
             return
         except (OSError, _json.JSONDecodeError) as exc:
@@ -128,7 +154,7 @@ class JsonlMemoryStore:
             bank = self._banks.get(key)
             if bank is None:
                 folder = self.root / "users" / user_key(user_id)
-                bank = self._banks[key] = Bank(folder, user_id, layer)
+                bank = self._banks[key] = Bank(folder, user_id, layer, root=self._root)
             return bank
 
     @contextmanager
@@ -142,6 +168,8 @@ class JsonlMemoryStore:
         bank = self._bank(user_id, layer)
         with bank.hold(exclusive=True):
             bank.sync()
+            bank.history.check()
+            bank.settle()
             yield bank
             bank.maybe_compact(self.compact_min_dead, create_store=self.root)
 
@@ -222,9 +250,13 @@ class JsonlMemoryStore:
         with self._write(user_id, layer) as bank:
             before = bank.require(memory_id)
             after = before.revised(content, embedding=embedding, at=at, valid_until=valid_until)
-            # History first: a crash between the two writes may leave a history entry
-            # for an update that never landed, but never loses the superseded version.
-            bank.append_history(
+            # The bank first: the history never holds a change the bank does not have. A
+            # crash between the two writes leaves this one out of the history file, not
+            # lost: the bank's log keeps the superseded version, and `history` lists it
+            # until the next write records it (`Bank.settle`).
+            bank.append(record_line(after), 1, create_store=self.root)
+            bank.put(after)
+            bank.record(
                 MemoryChange(
                     operation="update",
                     at=after.updated_at,
@@ -233,8 +265,6 @@ class JsonlMemoryStore:
                     reason=reason,
                 )
             )
-            bank.append(record_line(after), 1, create_store=self.root)
-            bank.put(after)
         return after
 
     def delete(
@@ -244,12 +274,10 @@ class JsonlMemoryStore:
         with self._write(user_id, layer) as bank:
             before = bank.require(memory_id)
             at = now()
-            bank.append_history(
-                MemoryChange(operation="delete", at=at, before=before, reason=reason)
-            )
             tombstone = Delete(op="delete", id=memory_id, at=at)
             bank.append(tombstone.model_dump_json().encode() + b"\n", 1, create_store=self.root)
             bank.remove(memory_id)
+            bank.record(MemoryChange(operation="delete", at=at, before=before, reason=reason))
         return before
 
     def changes(self, user_id: str, layer: MemoryLayer, since: str | None = None) -> ChangeSet:
@@ -261,22 +289,31 @@ class JsonlMemoryStore:
         self, user_id: str, layer: MemoryLayer, memory_id: str | None = None
     ) -> builtins.list[MemoryChange]:
         """Return a record's superseded and deleted versions; see `MemoryStore.history`."""
-        with self._read(user_id, layer) as bank:
-            changes = bank.read_history()
+        bank = self._bank(user_id, layer)
+        # Under the lock, not from a warm view: the bank and its history read as one.
+        with bank.hold(exclusive=False):
+            bank.sync()
+            changes = bank.history_changes()
         return [c for c in changes if memory_id is None or c.before.id == memory_id]
 
     def users(self) -> builtins.list[str]:
-        """Return every user with a bank here, sorted; see `MemoryStore.users`."""
+        """Return every user with a bank here, sorted; see `MemoryStore.users`.
+
+        Only folders named as the store names a user's folder count: anything else
+        in ``users/`` (a ``.DS_Store``, a note) is ignored, and `strays` lists it.
+        """
         found = []
         try:
             folders = builtins.list((self.root / "users").iterdir())
         except FileNotFoundError:
             return []
         for folder in folders:
+            if not is_user_key(folder.name) or not folder.is_dir():
+                continue
             for layer in LAYERS:
                 path = folder / f"{layer}.jsonl"
                 try:
-                    with path.open("rb") as file:
+                    with self._root.reader(path) as file:
                         line = file.readline()
                 except FileNotFoundError:
                     continue
@@ -291,6 +328,40 @@ class JsonlMemoryStore:
                 found.append(user_id)
                 break
         return sorted(found)
+
+    def strays(self) -> builtins.list[StrayEntry]:
+        """Return what lies in ``users/`` besides user folders, by path.
+
+        Hidden entries (``.DS_Store``, ``._*`` and the like, which file managers and
+        file systems leave everywhere) are left out. A user folder's name on
+        something that is not a folder is `StrayEntry.damage`: that user's banks
+        cannot be read or written. Anything else is ignored by every listing.
+        """
+        try:
+            entries = sorted((self.root / "users").iterdir())
+        except FileNotFoundError:
+            return []
+        found = []
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            if not is_user_key(entry.name):
+                found.append(
+                    StrayEntry(
+                        entry, False, "not a user folder (not a name the store gives); ignored"
+                    )
+                )
+            elif not entry.is_dir():
+                found.append(
+                    StrayEntry(
+                        entry,
+                        True,
+                        "a user folder's name on something that is not a folder: that user's "
+                        "banks cannot be read or written (move it away, then restore the user "
+                        "from a snapshot)",
+                    )
+                )
+        return found
 
     @contextmanager
     def _all_layers(
@@ -307,7 +378,19 @@ class JsonlMemoryStore:
                     if not overwrite:
                         raise
                     # About to be replaced whole: a corrupt bank is what a restore repairs.
-                    bank.forget(keep_generation=bank.path.exists())
+                    # Its bytes are kept, as they may hold more than the snapshot.
+                    bank.set_aside()
+                    bank.forget(keep_generation=True)
+                if not exclusive:
+                    continue
+                try:
+                    bank.history.check()
+                except MemoryStoreCorruptionError:
+                    if not overwrite:
+                        raise
+                    bank.history.set_aside()  # the restored bank starts a fresh history
+                    continue
+                bank.settle()
             yield banks
 
     def snapshot(self, user_id: str) -> MemorySnapshot:
@@ -326,8 +409,15 @@ class JsonlMemoryStore:
         """Load a snapshot into its user's bank; see `MemoryStore.restore`.
 
         Each layer is replaced atomically; with ``replace``, the records it drops
-        are not added to the change history, and a corrupt bank is overwritten
-        (restoring an exported snapshot is how a corrupt bank is repaired).
+        are not added to the change history. Restoring with ``replace`` is also how
+        a corrupt bank or history is repaired: the corrupt file is kept beside it
+        under a timestamped ``.corrupt`` name, a bank is replaced by the snapshot's
+        records and a history starts afresh, so the user reads and writes again.
+
+        Raises:
+            SnapshotError: If the user has memories and ``replace`` is false.
+            MemoryStoreCorruptionError: If a bank or history of the user is
+                malformed and ``replace`` is false; nothing is written.
         """
         with self._all_layers(snapshot.user_id, exclusive=True, overwrite=replace) as banks:
             existing = sum(len(bank.records) for bank in banks.values())
@@ -372,5 +462,7 @@ class JsonlMemoryStore:
                 continue
             with bank.hold(exclusive=True):
                 bank.sync()
+                bank.history.check()
+                bank.settle()
                 dropped += bank.compact(create_store=self.root)
         return dropped

@@ -95,6 +95,10 @@ CREATE TABLE IF NOT EXISTS autopersona_history (
     PRIMARY KEY (user_id, layer, seq)
 );
 """
+_REPAIR_ROW = (
+    "fix or delete the row; restoring a snapshot with replace (`autopersona import --replace`) "
+    "replaces the user's memory rows, not their history"
+)
 _SCHEMA_LOCK = 0x6175_746F_7065  # "autope": serialises concurrent first uses
 
 
@@ -104,11 +108,18 @@ def _lock_key(user: bytes, layer: str) -> int:
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
-def _record(raw: bytes, where: str) -> MemoryRecord:
+def _record(raw: bytes, where: str, layer: str) -> MemoryRecord:
     try:
-        return MemoryRecord.model_validate_json(raw)
+        record = MemoryRecord.model_validate_json(raw)
     except ValueError as exc:
-        raise MemoryStoreCorruptionError(where, 0, f"not a valid memory record: {exc}") from None
+        raise MemoryStoreCorruptionError(
+            where, None, f"not a valid memory record: {exc}", advice=_REPAIR_ROW
+        ) from None
+    if record.layer != layer:
+        raise MemoryStoreCorruptionError(
+            where, None, f"a {record.layer} record in the {layer} bank", advice=_REPAIR_ROW
+        )
+    return record
 
 
 class PostgresMemoryStore:
@@ -288,7 +299,7 @@ class PostgresMemoryStore:
             " ORDER BY position",
             (user, layer),
         )
-        return [_record(raw, f"{self!r} {layer}") for (raw,) in rows]
+        return [_record(raw, f"{self!r} {layer}", layer) for (raw,) in rows]
 
     def _require(
         self, conn: psycopg.Connection[Any], user: bytes, layer: str, memory_id: str
@@ -299,7 +310,7 @@ class PostgresMemoryStore:
         ).fetchone()
         if row is None:
             raise MemoryNotFoundError(user.decode(), layer, memory_id)  # type: ignore[arg-type]
-        return _record(row[0], f"{self!r} {layer} {memory_id}")
+        return _record(row[0], f"{self!r} {layer} {memory_id}", layer)
 
     def get(self, user_id: str, layer: MemoryLayer, memory_id: str) -> MemoryRecord:
         """Return one record; see `MemoryStore.get`."""
@@ -386,7 +397,7 @@ class PostgresMemoryStore:
             " AND (%s::text IS NULL OR id = %s) ORDER BY seq",
             (user, layer, memory_id, memory_id),
         )
-        return [_change(raw, f"{self!r} {layer} history") for (raw,) in rows]
+        return [_change(raw, f"{self!r} {layer} history", layer) for (raw,) in rows]
 
     def changes(self, user_id: str, layer: MemoryLayer, since: str | None = None) -> ChangeSet:
         """Return what changed in a bank since ``since``; see `MemoryStore.changes`.
@@ -417,7 +428,7 @@ class PostgresMemoryStore:
                 " WHERE user_id = %s AND layer = %s AND seq > %s ORDER BY seq",
                 (user, layer, after),
             )
-            records = [_record(raw, f"{self!r} {layer}") for (raw,) in rows]
+            records = [_record(raw, f"{self!r} {layer}", layer) for (raw,) in rows]
             deleted = conn.execute(
                 "SELECT id FROM autopersona_history WHERE user_id = %s AND layer = %s"
                 " AND seq > %s AND operation = 'delete' ORDER BY seq",
@@ -446,7 +457,18 @@ class PostgresMemoryStore:
     def users(self) -> builtins.list[str]:
         """Return every user with a bank here, sorted; see `MemoryStore.users`."""
         rows = self._conn().execute("SELECT DISTINCT user_id FROM autopersona_banks")
-        return sorted(bytes(user).decode("utf-8") for (user,) in rows)
+        found = []
+        for (user,) in rows:
+            try:
+                found.append(bytes(user).decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                raise MemoryStoreCorruptionError(
+                    f"{self!r} autopersona_banks",
+                    None,
+                    f"user id {bytes(user)!r} is not UTF-8 ({exc.reason} at byte {exc.start})",
+                    advice=_REPAIR_ROW,
+                ) from None
+        return sorted(found)
 
     def snapshot(self, user_id: str) -> MemorySnapshot:
         """Read all layers in one repeatable-read transaction; see `MemoryStore.snapshot`."""
@@ -460,8 +482,10 @@ class PostgresMemoryStore:
         memories: dict[MemoryLayer, builtins.list[MemoryRecord]] = {layer: [] for layer in LAYERS}
         for layer, raw in rows:
             if layer not in memories:
-                raise MemoryStoreCorruptionError(f"{self!r}", 0, f"a record of layer {layer!r}")
-            memories[layer].append(_record(raw, f"{self!r} {layer}"))
+                raise MemoryStoreCorruptionError(
+                    f"{self!r}", None, f"a record of layer {layer!r}", advice=_REPAIR_ROW
+                )
+            memories[layer].append(_record(raw, f"{self!r} {layer}", layer))
         return MemorySnapshot.of(user_id, memories)
 
     def snapshot_fingerprint(self, user_id: str) -> str:
@@ -514,8 +538,16 @@ def _close_all(connections: dict[threading.Thread, psycopg.Connection[Any]]) -> 
     connections.clear()
 
 
-def _change(raw: bytes, where: str) -> MemoryChange:
+def _change(raw: bytes, where: str, layer: str) -> MemoryChange:
     try:
-        return MemoryChange.model_validate_json(raw)
+        change = MemoryChange.model_validate_json(raw)
     except ValueError as exc:
-        raise MemoryStoreCorruptionError(where, 0, f"not a valid change: {exc}") from None
+        raise MemoryStoreCorruptionError(
+            where, None, f"not a valid change: {exc}", advice=_REPAIR_ROW
+        ) from None
+    others = {record.layer for record in (change.before, change.after) if record} - {layer}
+    if others:
+        raise MemoryStoreCorruptionError(
+            where, None, f"a change of a {others.pop()} record", advice=_REPAIR_ROW
+        )
+    return change

@@ -129,6 +129,8 @@ class MemoryStore(Protocol):
         """Return the superseded and deleted versions of a record, oldest first.
 
         With ``memory_id=None``, those of every record of the layer, oldest first.
+        Only changes the bank went through are listed: an update or delete that was
+        refused, or cut short before it reached the bank, is not.
         """
         ...
 

@@ -114,17 +114,18 @@ def _fingerprint(user_id: str, memories: Mapping[str, Sequence[MemoryRecord]]) -
 def write_snapshot(snapshot: MemorySnapshot, dest: str | Path) -> Path:
     """Write ``snapshot`` to ``dest`` atomically: a reader sees the old file or the new one.
 
+    The folders of ``dest`` that do not exist yet are created.
+
     Returns:
         The path written.
 
     Raises:
-        SnapshotError: If ``dest``'s folder does not exist or cannot be written.
+        SnapshotError: If ``dest``'s folder cannot be made or written (e.g. a file is
+            in the way).
     """
     dest = Path(dest)
     try:
-        atomic_write(
-            dest, _json.dumps(snapshot.model_dump(mode="json")) + b"\n", make_parents=False
-        )
+        atomic_write(dest, _json.dumps(snapshot.model_dump(mode="json")) + b"\n")
     except OSError as exc:
         raise SnapshotError(f"cannot write snapshot {dest}: {exc.strerror or exc}") from exc
     return dest

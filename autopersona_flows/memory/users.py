@@ -8,11 +8,12 @@ from typing import Any
 
 from autopersona_flows.errors import InvalidUserIdError
 
-__all__ = ["check_user_id", "user_key"]
+__all__ = ["check_user_id", "is_user_key", "user_key"]
 
 _MAX_LENGTH = 1024
 _SLUG_LENGTH = 32
 _UNSAFE = re.compile(r"[^a-z0-9]+")
+_KEY = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,30}[a-z0-9])?-[0-9a-f]{32}")
 
 
 def check_user_id(user_id: Any) -> str:
@@ -50,3 +51,12 @@ def user_key(user_id: str) -> str:
     slug = _UNSAFE.sub("-", check_user_id(user_id).lower()).strip("-")[:_SLUG_LENGTH].strip("-")
     digest = hashlib.sha256(user_id.encode("utf-8")).hexdigest()[:32]
     return f"{slug or 'user'}-{digest}"
+
+
+def is_user_key(name: str) -> bool:
+    """Whether ``name`` has the shape `user_key` gives every user folder.
+
+    A name of any other shape was not made by the store (``.DS_Store``, ``notes``),
+    so it is never a user's folder.
+    """
+    return _KEY.fullmatch(name) is not None

@@ -174,6 +174,41 @@ class MemoryStoreConformance:
         assert [c.at for c in changes] == sorted(c.at for c in changes)
         assert store.history(USER, "persona", untouched.id) == []
 
+    def test_history_is_the_changes_the_bank_went_through(
+        self, store: MemoryStore, reopen: Callable[[], MemoryStore]
+    ) -> None:
+        """Each update and delete is in the history once, in order; a refused one is not.
+
+        Each entry's ``after`` is the version the bank then held: the history never
+        lists a change the bank did not have.
+        """
+        a, b = store.add(USER, persona("a", "0")), store.add(USER, persona("b", "0"))
+        missing = MemoryRecord.of(persona()).id
+        refused: list[Callable[[], object]] = [
+            lambda: store.update(USER, "persona", missing, persona()),
+            lambda: store.delete(USER, "persona", missing),
+            lambda: store.update(USER, "persona", a.id, TrajectoryMemory(query="q")),
+        ]
+        for call in refused:
+            with pytest.raises((KeyError, TypeError, ValueError)):
+                call()
+        assert store.history(USER, "persona") == []
+        a1 = store.update(USER, "persona", a.id, persona("a", "1"))
+        b1 = store.update(USER, "persona", b.id, persona("b", "1"))
+        a2 = store.update(USER, "persona", a.id, persona("a", "2"))
+        store.delete(USER, "persona", b.id)
+        for call in refused:
+            with pytest.raises((KeyError, TypeError, ValueError)):
+                call()
+        again = reopen()
+        assert [(c.operation, c.before, c.after) for c in again.history(USER, "persona")] == [
+            ("update", a, a1),
+            ("update", b, b1),
+            ("update", a1, a2),
+            ("delete", b1, None),
+        ]
+        assert again.list(USER, "persona") == [a2]
+
     # -- validation and errors -------------------------------------------------------------
 
     @pytest.mark.parametrize("user_id", ["", "\ud800"], ids=["empty", "lone-surrogate"])

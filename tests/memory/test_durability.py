@@ -31,6 +31,7 @@ from autopersona_flows.memory import (
     MemorySnapshot,
     PersonaMemory,
 )
+from autopersona_flows.memory._histories import History
 from autopersona_flows.memory.users import user_key
 
 USER = "durable-dana"
@@ -155,6 +156,37 @@ for step in range(int(steps)):
         assert not wrong, f"step {step}: own records missing or stale: {wrong}"
 print(json.dumps({"expected": expected, "deleted": deleted, "updates": updates,
                   "generations": len(generations)}), flush=True)
+"""
+
+# After "go", updates and deletes records of the bank (adding more when few are left) with
+# compaction off, so that the bank's log keeps every change it ever made. Acknowledges each.
+CHANGE_CRASH_CHILD = """
+import random, sys
+from autopersona_flows.memory import JsonlMemoryStore, PersonaMemory
+
+JsonlMemoryStore.compact_min_dead = 10**9
+root, user, run = sys.argv[1], sys.argv[2], int(sys.argv[3])
+if sys.stdin.readline() != "go\\n":
+    sys.exit()
+rng = random.Random(run)
+store = JsonlMemoryStore(root)
+live = [r.id for r in store.list(user, "persona")]
+print("started", flush=True)
+n = 0
+while True:
+    n += 1
+    if len(live) < 4:
+        live.append(store.add(user, PersonaMemory(topic=f"t-{run}", preference="0")).id)
+        print("add", live[-1], flush=True)
+    elif rng.random() < 0.7:
+        memory_id = rng.choice(live)
+        store.update(user, "persona", memory_id, PersonaMemory(topic=f"t-{run}", preference=str(n)),
+                     reason=f"run {run} call {n}")
+        print("update", memory_id, flush=True)
+    else:
+        memory_id = live.pop(rng.randrange(len(live)))
+        store.delete(user, "persona", memory_id, reason=f"run {run} call {n}")
+        print("delete", memory_id, flush=True)
 """
 
 # Serves one long-lived store instance: on "list" prints the persona bank as JSON
@@ -437,6 +469,154 @@ def test_sigkill_mid_compaction_loses_no_acknowledged_write(
         "persona.history.jsonl",
         "persona.lock",
     }
+
+
+def _changes_in_the_bank(root: Path) -> list[tuple[str, str, str]]:
+    """Every update and delete the bank's log holds, replayed: (operation, id, at)."""
+    _, entries = _file_entries(_bank_path(root))
+    live: set[str] = set()
+    changes = []
+    for entry in entries:
+        if entry.get("op") == "delete":
+            live.remove(entry["id"])
+            changes.append(("delete", entry["id"], entry["at"]))
+        elif "op" not in entry:
+            if entry["id"] in live:
+                changes.append(("update", entry["id"], entry["updated_at"]))
+            live.add(entry["id"])
+    return changes
+
+
+def _as_listed(changes: list[MemoryChange]) -> list[tuple[str, str, str]]:
+    return [(c.operation, c.before.id, orjson.loads(c.model_dump_json())["at"]) for c in changes]
+
+
+CHANGE_CRASH_ROUNDS = 20  # a kill falls between the two writes in about 1 round of 3
+
+
+@pytest.mark.slow
+def test_sigkill_between_a_change_and_its_history_entry_loses_and_invents_nothing(
+    tmp_path: Path, children: _Children, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The history lists exactly the updates and deletes the bank holds, after any kill.
+
+    An entry for a change that never landed (the history written first) or a change
+    without its entry would both break the equality; the bank's log is the truth.
+    """
+    monkeypatch.setattr(JsonlMemoryStore, "compact_min_dead", 10**9)  # keep the whole log
+    rng = random.Random(1729)
+    root = tmp_path / "store"
+    recovered = 0  # rounds whose kill fell between a change and its history entry
+    upcoming = children.spawn(CHANGE_CRASH_CHILD, root, USER, 0)
+    for run in range(CHANGE_CRASH_ROUNDS):
+        proc = upcoming
+        if run + 1 < CHANGE_CRASH_ROUNDS:
+            upcoming = children.spawn(CHANGE_CRASH_CHILD, root, USER, run + 1)
+        acked = [line.split() for line in _kill_while_writing(proc, rng.uniform(0.05, 0.3))]
+        assert acked, f"round {run}: the child acknowledged nothing before the kill"
+
+        in_bank = _changes_in_the_bank(root)
+        in_file = [MemoryChange.model_validate_json(line) for line in _history_lines(root)]
+        assert _as_listed(in_file) == in_bank[: len(in_file)], f"round {run}: an invented entry"
+        listed = JsonlMemoryStore(root).history(USER, "persona")
+        assert _as_listed(listed) == in_bank, f"round {run}: history() is not the bank's changes"
+        assert listed[: len(in_file)] == in_file
+        recovered += len(in_file) < len(in_bank)
+        assert len(in_bank) - len(in_file) <= 1  # only the change in flight at the kill
+
+        # The next write records a change left out, once: then the file says it all.
+        JsonlMemoryStore(root).add(USER, _persona(f"parent-{run}"))
+        in_file = [MemoryChange.model_validate_json(line) for line in _history_lines(root)]
+        assert _as_listed(in_file) == in_bank
+        assert in_file == JsonlMemoryStore(root).history(USER, "persona")
+        # Each entry keeps its writer's reason, but one recovered: that reason was never written.
+        assert sum(not c.reason for c in in_file) == recovered
+
+    assert recovered, "no kill fell between a change and its history entry: raise the rounds"
+
+
+# Makes one update or delete and dies the moment the bank entry is written, before the
+# history entry: as a kill in that instant would.
+DIE_BEFORE_HISTORY_CHILD = """
+import os, sys
+from autopersona_flows.memory import JsonlMemoryStore, PersonaMemory
+from autopersona_flows.memory._histories import History
+
+root, user, operation, memory_id = sys.argv[1:5]
+History.append = lambda self, change: os._exit(9)
+store = JsonlMemoryStore(root)
+if operation == "update":
+    store.update(user, "persona", memory_id, PersonaMemory(topic="t", preference="new"), reason="r")
+else:
+    store.delete(user, "persona", memory_id, reason="r")
+"""
+
+
+@pytest.mark.parametrize("operation", ["update", "delete"])
+def test_a_change_whose_writer_died_before_its_history_entry_is_listed_then_recorded(
+    tmp_path: Path, operation: str
+) -> None:
+    root = tmp_path / "store"
+    store = JsonlMemoryStore(root)
+    first = store.add(USER, _persona("t", "old"))
+    store.update(USER, "persona", first.id, _persona("t", "older"), reason="kept")
+    before = store.get(USER, "persona", first.id)
+    child = subprocess.run(
+        [sys.executable, "-c", DIE_BEFORE_HISTORY_CHILD, str(root), USER, operation, first.id],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert child.returncode == 9, child.stderr
+    assert len(_history_lines(root)) == 1  # the child never wrote its entry
+
+    for view in (store, JsonlMemoryStore(root)):  # a warm view and a fresh one alike
+        kept, recovered = view.history(USER, "persona", first.id)
+        assert (kept.reason, recovered.operation, recovered.before) == ("kept", operation, before)
+        assert recovered.reason == ""  # never written anywhere: the one thing lost
+        if operation == "update":
+            assert recovered.after == view.get(USER, "persona", first.id)
+            assert recovered.after.content.preference == "new"
+        else:
+            assert view.list(USER, "persona") == []
+    listed = store.history(USER, "persona")
+
+    JsonlMemoryStore(root).add(USER, _persona("next"))  # any write records it, once
+    assert [MemoryChange.model_validate_json(line) for line in _history_lines(root)] == listed
+    assert store.history(USER, "persona") == JsonlMemoryStore(root).history(USER, "persona")
+    assert store.history(USER, "persona") == listed
+
+
+def test_a_history_write_that_fails_after_the_change_landed_is_retried_not_raised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(JsonlMemoryStore, "compact_min_dead", 1)
+    store = JsonlMemoryStore(tmp_path / "store")
+    record = store.add(USER, _persona("t", "0"))
+    store.update(USER, "persona", record.id, _persona("t", "1"), reason="one")
+    real_append = History.append
+
+    def disk_full(self: History, change: MemoryChange) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(History, "append", disk_full)
+    updated = store.update(USER, "persona", record.id, _persona("t", "2"), reason="two")
+    assert "will retry" in caplog.text
+    assert store.get(USER, "persona", record.id) == updated  # it landed, and says so
+    assert [c.reason for c in store.history(USER, "persona")] == ["one", "two"]
+    # Two dead entries against one record would compact the bank now, dropping the
+    # superseded version the history still needs: compaction waits.
+    _, entries = _file_entries(_bank_path(tmp_path / "store"))
+    assert len(entries) == 3
+
+    monkeypatch.setattr(History, "append", real_append)
+    # The next write records the waiting entry first, reason and all; then it compacts.
+    store.update(USER, "persona", record.id, _persona("t", "3"), reason="three")
+    reasons = [c.reason for c in JsonlMemoryStore(tmp_path / "store").history(USER, "persona")]
+    assert reasons == ["one", "two", "three"]
+    _, entries = _file_entries(_bank_path(tmp_path / "store"))
+    assert len(entries) == 1
 
 
 def _torn_tails() -> dict[str, bytes]:

@@ -16,6 +16,8 @@ from autopersona_flows import (
     TrajectoryMemory,
     WorkspaceMemory,
 )
+from autopersona_flows.cli import main
+from autopersona_flows.memory.users import user_key
 
 TRICKY_TEXT = (
     "tab\there, LS\u2028PS\u2029NEL\u0085, CR\r LF\n emoji 🧠👩🏽‍💻, NUL\x00, RTL \u202e, 𝔘𝔫𝔦"
@@ -315,3 +317,55 @@ def test_a_failed_compaction_does_not_fail_the_write_that_landed(
     monkeypatch.undo()
     assert JsonlMemoryStore(store.root).get("ada", "persona", record.id).content.preference == "5"
     assert len(store.history("ada", "persona", record.id)) == 5
+
+
+def test_what_else_lies_in_users_is_ignored_by_every_listing(
+    store: JsonlMemoryStore, store_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store.add("ada", PersonaMemory(topic="t", preference="p"))
+    store.add("bob", TrajectoryMemory(query="q"))
+    users = store_root / "users"
+    (users / ".DS_Store").write_bytes(b"\0\0\0\1Bud1")  # what macOS Finder leaves
+    (users / "._ada").write_bytes(b"AppleDouble")
+    (users / "notes.txt").write_text("ada moved to the new laptop")
+    (users / "ada copy").mkdir()  # a folder duplicated in a file manager
+    (users / "ada copy" / "persona.jsonl").write_bytes(
+        bank_file(store_root, "ada", "persona").read_bytes()
+    )
+
+    assert store.users() == JsonlMemoryStore(store_root).users() == ["ada", "bob"]
+    assert [(s.path.name, s.damage) for s in store.strays()] == [
+        ("ada copy", False),
+        ("notes.txt", False),
+    ]
+    assert main(["users", str(store_root)]) == 0
+    assert capsys.readouterr().out.splitlines() == ["ada", "bob"]
+    assert main(["verify", str(store_root)]) == 0
+    out, err = capsys.readouterr()
+    assert out == "ok: 2 users, every bank and history readable\n"
+    assert err.splitlines() == [
+        f"warning: {users / 'ada copy'}: not a user folder (not a name the store gives); ignored",
+        f"warning: {users / 'notes.txt'}: not a user folder (not a name the store gives); ignored",
+    ]
+    assert main(["reindex", str(store_root)]) == 0
+    assert "of 2 users" in capsys.readouterr().out
+    assert main(["migrate", "--from", str(store_root), "--to", str(tmp_path / "copy")]) == 0
+    assert JsonlMemoryStore(tmp_path / "copy").users() == ["ada", "bob"]
+
+
+def test_a_file_with_a_user_folders_name_is_damage_that_verify_reports(
+    store: JsonlMemoryStore, store_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store.add("ada", PersonaMemory(topic="t", preference="p"))
+    carol = store_root / "users" / user_key("carol")
+    carol.write_text("carol's folder, replaced by a file")
+    assert store.users() == ["ada"]  # listing goes on
+    (stray,) = store.strays()
+    assert (stray.path, stray.damage) == (carol, True)
+    assert main(["users", str(store_root)]) == 0
+    assert capsys.readouterr().out == "ada\n"
+    assert main(["verify", str(store_root)]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith(f"damage: {carol}: a user folder's name on something that is not a")
+    assert err.splitlines()[-1] == f"error: damage in {carol.parent}: {carol.name} (see above)"

@@ -17,11 +17,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autopersona_flows.errors import MemoryStoreError
+from autopersona_flows.cli import main
+from autopersona_flows.errors import MemoryStoreCorruptionError, MemoryStoreError
 from autopersona_flows.memory import (
     FunctionEmbedder,
     HashingEmbedder,
     JsonlMemoryStore,
+    MemoryChange,
+    MemoryRecord,
     MemoryRetriever,
     MemoryUpdater,
     PersonaMemory,
@@ -261,3 +264,43 @@ def test_bad_addresses_are_store_errors_that_never_quote_a_password() -> None:
     for address in ("host=db password=s3cret dbname=memory", "s3://bucket/memory"):
         with pytest.raises(MemoryStoreError, match="unsupported store address"):
             open_store(address)
+
+
+def test_rows_of_another_layer_and_bad_rows_are_corruption_not_validation_errors(
+    pg_store, postgres_schema, capsys
+) -> None:
+    tone = pg_store.add(USER, PersonaMemory(topic="tone", preference="terse"))
+    pg_store.update(USER, "persona", tone.id, PersonaMemory(topic="tone", preference="warm"))
+    stray = MemoryRecord.of(WorkspaceMemory(state={"file": "notes.md"}))
+    with psycopg.connect(postgres_schema, autocommit=True) as conn:
+        conn.execute(  # a workspace record filed under persona
+            "UPDATE autopersona_memories SET record = %s WHERE id = %s",
+            (stray.model_dump_json().encode(), tone.id),
+        )
+    for call in (
+        lambda: pg_store.list(USER, "persona"),
+        lambda: pg_store.get(USER, "persona", tone.id),
+        lambda: pg_store.snapshot(USER),
+    ):
+        with pytest.raises(MemoryStoreCorruptionError, match="a workspace record in the persona"):
+            call()
+    assert main(["verify", postgres_schema]) == 1
+    err = capsys.readouterr().err
+    assert "a workspace record in the persona bank" in err
+    assert "fix or delete the row" in err
+
+    change = MemoryChange(operation="delete", at=stray.updated_at, before=stray)
+    with psycopg.connect(postgres_schema, autocommit=True) as conn:
+        conn.execute("DELETE FROM autopersona_memories")
+        conn.execute(
+            "UPDATE autopersona_history SET change = %s", (change.model_dump_json().encode(),)
+        )
+    with pytest.raises(MemoryStoreCorruptionError, match="a change of a workspace record"):
+        pg_store.history(USER, "persona")
+
+    with psycopg.connect(postgres_schema, autocommit=True) as conn:
+        conn.execute("UPDATE autopersona_banks SET user_id = %s", (b"\xffada",))
+    with pytest.raises(MemoryStoreCorruptionError, match="is not UTF-8"):
+        pg_store.users()
+    assert main(["users", postgres_schema]) == 1
+    assert capsys.readouterr().err.startswith("error: ")

@@ -239,14 +239,26 @@ def test_users_and_verify_commands(run_cli, store: JsonlMemoryStore, store_root:
     assert f"{path}:3" in broken.stderr
 
 
-def test_export_into_a_missing_folder_fails_cleanly_and_creates_nothing(
+def test_export_into_a_missing_folder_creates_it(
+    run_cli, store: JsonlMemoryStore, tmp_path: Path
+) -> None:
+    seed(store)
+    result = run_cli("export", str(store.root), "ada", "./exports/2026/ada.json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    dest = tmp_path / "exports" / "2026" / "ada.json"
+    assert read_snapshot(dest).fingerprint == store.snapshot_fingerprint("ada")
+    assert [p.name for p in dest.parent.iterdir()] == ["ada.json"]  # no temporary file left
+
+
+def test_export_with_a_file_in_the_way_fails_cleanly_and_creates_nothing(
     run_cli, store: JsonlMemoryStore, tmp_path: Path
 ) -> None:
     seed(store)
     (tmp_path / "afile").write_text("not a folder")
-    for dest in (tmp_path / "typo" / "ada.json", tmp_path / "afile" / "ada.json"):
+    for dest in (tmp_path / "afile" / "ada.json", tmp_path / "afile" / "more" / "ada.json"):
         result = run_cli("export", str(store.root), "ada", str(dest))
         assert result.returncode == 1
         assert result.stderr.startswith("error: cannot write snapshot")
+        assert "Not a directory" in result.stderr
         assert "Traceback" not in result.stderr
-    assert not (tmp_path / "typo").exists()
+    assert (tmp_path / "afile").read_text() == "not a folder"

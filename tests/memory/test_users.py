@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from autopersona_flows import InvalidUserIdError, JsonlMemoryStore, PersonaMemory
 from autopersona_flows.memory import MemoryRecord
-from autopersona_flows.memory.users import check_user_id, user_key
+from autopersona_flows.memory.users import check_user_id, is_user_key, user_key
 
 # Valid Unicode text: every code point except the lone surrogates.
 user_ids = st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=40)
@@ -19,6 +19,7 @@ user_ids = st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_si
 def test_distinct_ids_get_distinct_safe_names(ids: set[str]) -> None:
     keys = {user_key(user_id) for user_id in ids}
     assert len(keys) == len(ids)
+    assert all(map(is_user_key, keys))  # what listings take for a user folder
     for key in keys:
         assert key == key.lower()
         assert all(c.isascii() and (c.isalnum() or c == "-") for c in key)
