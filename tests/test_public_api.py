@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 import autopersona_flows
 import autopersona_flows.agent
@@ -114,3 +115,10 @@ def test_walking_the_package_imports_every_module_without_running_the_cli() -> N
         [sys.executable, "-c", walk], capture_output=True, text=True, timeout=120, check=False
     )
     assert (done.returncode, done.stdout.strip()) == (0, "walked"), done.stderr[-2000:]
+
+
+def test_the_package_ships_its_type_hints() -> None:
+    # PEP 561: without the marker a type checker treats the installed package as untyped.
+    marker = Path(autopersona_flows.__file__).parent / "py.typed"
+    assert marker.is_file()
+    assert marker.read_bytes() == b""

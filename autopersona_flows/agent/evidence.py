@@ -367,25 +367,23 @@ def _superseded(memories: MemoryBundle) -> set[str]:
     memories on "Pip (dog)", "check treats for xylitol" and "grain-free food now",
     both hold.
     """
-    by_topic: dict[str, list[MemoryRecord]] = {}
+    by_topic: dict[str, list[tuple[MemoryRecord, PersonaMemory]]] = {}
     for memory in memories.persona:
         content = memory.record.content
         assert isinstance(content, PersonaMemory)
-        by_topic.setdefault(normalise(content.topic), []).append(memory.record)
+        by_topic.setdefault(normalise(content.topic), []).append((memory.record, content))
     older: set[str] = set()
-    for records in by_topic.values():
-        if len({record.id for record in records}) < 2:
+    for held in by_topic.values():
+        if len({record.id for record, _ in held}) < 2:
             continue
-        for changed in records:
-            content = changed.content
-            assert isinstance(content, PersonaMemory)
+        for changed, content in held:
             if not any(part.changing or part.ceasing for part in clauses(content.preference)):
                 continue
             said = content_roots(content.preference) - content_roots(content.topic)
             older |= {
                 record.id
-                for record in records
-                if record.at < changed.at and said & content_roots(record.content.preference)  # type: ignore[union-attr]
+                for record, other in held
+                if record.at < changed.at and said & content_roots(other.preference)
             }
     return older
 

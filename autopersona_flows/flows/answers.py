@@ -71,7 +71,9 @@ def _pending(client: SyncPrefectClient, flow_run: FlowRun) -> PendingClarificati
     return PendingClarification(
         flow_run_id=flow_run.id,
         flow_run_name=flow_run.name,
-        state=state.name,
+        # Prefect's validator names an unnamed state after its type; the field is only
+        # optional on input.
+        state=state.name or state.type.value.capitalize(),
         key=str(details.pause_key),
         question=question,
         options=list(answer.get("enum", [])),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 from uuid import UUID
 
 import httpx
@@ -23,6 +23,7 @@ from autopersona_flows.errors import ClarificationTimeoutError
 from autopersona_flows.flows.context import PersonaRuntime
 
 __all__ = [
+    "ClarificationForm",
     "answer_given",
     "ask",
     "clarification_form",
@@ -62,7 +63,17 @@ def question_markdown(node_id: str, decision: ClarifyDecision) -> str:
     return "\n".join(lines)
 
 
-def clarification_form(decision: ClarifyDecision) -> type[RunInput]:
+class ClarificationForm(RunInput):
+    """The base of every clarification form: what the type checker knows of ``answer``.
+
+    `clarification_form` redefines the field for each question (a choice or text); the
+    form Prefect renders and validates is the same as with `RunInput` as the base.
+    """
+
+    answer: Any
+
+
+def clarification_form(decision: ClarifyDecision) -> type[ClarificationForm]:
     """The typed input the resume dialog renders: a required ``answer`` field.
 
     With options it is a choice (an enum in the form); without, non-empty text. No
@@ -70,13 +81,13 @@ def clarification_form(decision: ClarifyDecision) -> type[RunInput]:
     empty resume.
     """
     answer_type: Any = (
-        Literal[tuple(decision.options)]  # type: ignore[valid-type]
+        Literal[tuple(decision.options)]
         if decision.options
         else Annotated[str, Field(min_length=1)]
     )
     return create_model(
         "Clarification",
-        __base__=RunInput,
+        __base__=ClarificationForm,
         answer=(answer_type, Field(description=decision.question)),
     )
 
@@ -152,7 +163,8 @@ def ask(node_id: str, decision: ClarifyDecision, runtime: PersonaRuntime) -> str
             answer = pause_flow_run(
                 wait_for_input=form,
                 timeout=runtime.pause_timeout,
-                poll_interval=runtime.poll_interval,  # type: ignore[arg-type] - floats work
+                # Prefect types it int, but only sleeps for it: a float works.
+                poll_interval=cast("int", runtime.poll_interval),
                 key=key,
             )
     except FlowPauseTimeout:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
 from prefect.filesystems import LocalFileSystem, WritableFileSystem
@@ -53,8 +53,12 @@ class EpisodeAnswers:
     def __init__(self, storage: Path | WritableFileSystem | None, episode_id: str) -> None:
         if isinstance(storage, Path):
             storage = LocalFileSystem(basepath=str(storage))
+        if storage is None:
+            # Built in sync tasks only, where Prefect's async_dispatch runs the sync variant:
+            # a file system, not the coroutine its annotation also allows.
+            storage = cast("WritableFileSystem", get_default_result_storage())
         self._store = ResultStore(
-            result_storage=storage or get_default_result_storage(),
+            result_storage=storage,
             serializer=OrjsonSerializer(),
         )
         self.episode_id = episode_id

@@ -6,7 +6,8 @@ import hashlib
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
+from uuid import UUID
 
 from prefect import flow, task
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
@@ -89,10 +90,15 @@ def ingest_history(
     storage = current_runtime().result_storage
     run_batch = _ingest_batch.with_options(result_storage=storage) if storage else _ingest_batch
 
-    progress = create_progress_artifact(
-        0.0,
-        key="autopersona-ingestion",
-        description=f"Ingesting {len(records)} tasks from {file.name}",
+    # A sync flow, where Prefect's async_dispatch runs the sync variant: the artifact's id,
+    # not the coroutine its annotation also allows.
+    progress = cast(
+        "UUID",
+        create_progress_artifact(
+            0.0,
+            key="autopersona-ingestion",
+            description=f"Ingesting {len(records)} tasks from {file.name}",
+        ),
     )
     totals: Counter[str] = Counter()
     for number, start in enumerate(range(0, len(records), batch_size)):

@@ -13,7 +13,9 @@ __all__ = ["OrjsonSerializer"]
 _EXCEPTION = frozenset({"__exc_type__", "message"})
 
 
-class OrjsonSerializer(Serializer):  # type: ignore[type-arg]
+# Not `Serializer[Any]`: subscripting makes a pydantic subclass that Prefect's type registry
+# refuses at import (it has no dispatch key).
+class OrjsonSerializer(Serializer):
     """Serialise results with orjson (sorted keys).
 
     Prefect records the serializer by its ``type``; a process that reads cached

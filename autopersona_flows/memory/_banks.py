@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
     BaseModel,
@@ -66,9 +66,9 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 _CHANGE_LOG = 4096  # recent changes kept per bank view for incremental `changes` calls
-BANK_FORMAT = "autopersona-memory-bank"
-STORE_FORMAT = "autopersona-jsonl-store"
-FORMAT_VERSION = 1
+BANK_FORMAT: Final = "autopersona-memory-bank"  # Final: the checker sees the Literal
+STORE_FORMAT: Final = "autopersona-jsonl-store"
+FORMAT_VERSION: Final = 1
 
 
 class _Line(BaseModel):

@@ -43,6 +43,7 @@ _OBJECT_END = re.compile(
 @dataclass(frozen=True)
 class _Task:
     record: MemoryRecord
+    query: str  # the request of its trajectory
     kind: str | None  # what the request is for: its head ("flight" of "book a flight")
     choices: tuple[str, ...]  # the chosen objects, as written, in order
     chosen: frozenset[str]  # their content roots, the request's left out
@@ -72,7 +73,7 @@ def _task(record: MemoryRecord) -> _Task | None:
             for found in content_roots(word):
                 surface.setdefault(found, word)
     chosen = frozenset(surface) - content_roots(content.query)
-    return _Task(record, kind, choices, chosen, surface) if chosen and kind else None
+    return _Task(record, content.query, kind, choices, chosen, surface) if chosen and kind else None
 
 
 def check_min_repeats(value: object) -> int:
@@ -168,7 +169,7 @@ def _promote(updater: MemoryUpdater, user_id: str, group: _Group) -> UpdateDecis
     for task in reversed(group.tasks):
         for root, word in task.surface.items():
             said.setdefault(root, word)
-    query = latest.record.content.query  # type: ignore[union-attr]
+    query = latest.query
     subject = next((w for w in words(query) if group.kind in content_roots(w)), group.kind)
     topic = " ".join([subject, *(said[root] for root in sorted(group.attributes))])
     memory = PersonaMemory(
@@ -178,12 +179,8 @@ def _promote(updater: MemoryUpdater, user_id: str, group: _Group) -> UpdateDecis
         f"the latest: {_latest_choice(latest, group.values)}",
         sources=sorted(group.ids),
     )
-    consolidated = [
-        record
-        for record in updater.store.list(user_id, "persona")
-        if isinstance(record.content, PersonaMemory) and record.content.sources
-    ]
-    drawn = [r for r in consolidated if group.ids & set(r.content.sources)]  # type: ignore[union-attr]
+    consolidated = [record for record in updater.store.list(user_id, "persona") if _sources(record)]
+    drawn = [r for r in consolidated if group.ids & _sources(r)]
     if not drawn:
         for record in consolidated:
             for change in updater.store.history(user_id, "persona", record.id):
@@ -196,7 +193,7 @@ def _promote(updater: MemoryUpdater, user_id: str, group: _Group) -> UpdateDecis
                         record=record,
                     )
         return updater.update(user_id, "persona", memory, at=latest.record.at)
-    target = max(drawn, key=lambda record: len(group.ids & set(record.content.sources)))  # type: ignore[union-attr]
+    target = max(drawn, key=lambda record: len(group.ids & _sources(record)))
     if target.content == memory:
         return UpdateDecision(
             operation="noop", target_id=target.id, reason="the same choice", record=target
@@ -216,6 +213,12 @@ def _promote(updater: MemoryUpdater, user_id: str, group: _Group) -> UpdateDecis
     return UpdateDecision(
         operation="update", target_id=target.id, content=memory, reason=reason, record=record
     )
+
+
+def _sources(record: MemoryRecord) -> set[str]:
+    """The trajectories a persona memory was consolidated from (none for others)."""
+    content = record.content
+    return set(content.sources) if isinstance(content, PersonaMemory) else set()
 
 
 def _latest_choice(task: _Task, values: set[str]) -> str:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -144,10 +146,14 @@ class BankIndex:
         dead = len(self.records) - len(self.rows)
         if dead > max(1024, len(self.rows)):
             rows = sorted(self.rows.values())
-            live = [self.records[row] for row in rows]
+            live = self._records_at(rows)
             vectors = self._vectors[rows]  # kept: nothing is embedded twice
             self._clear()
-            self._add(live, vectors)  # type: ignore[arg-type]
+            self._add(live, vectors)
+
+    def _records_at(self, rows: Iterable[int]) -> list[MemoryRecord]:
+        """The records at live rows (only a removed row holds ``None``)."""
+        return cast("list[MemoryRecord]", [self.records[row] for row in rows])
 
     def _vectors_of(self, records: list[MemoryRecord]) -> np.ndarray:
         vectors = np.zeros((len(records), self.embedder.dim), dtype=np.float32)
@@ -332,7 +338,7 @@ class BankIndex:
                 held = set.intersection(*(set(self._postings[term][0]) for term in wanted))
                 rows |= {row for row in held if self._live[row]}
             found = sorted(
-                (self.records[row] for row in rows),  # type: ignore[misc]
+                self._records_at(rows),
                 key=lambda record: (record.at, record.id),
                 reverse=True,
             )
@@ -346,9 +352,9 @@ class BankIndex:
             for context in contexts
             for memory_id in self.contexts.get(normalise(context), ())
         )
-        return [self.records[self.rows[memory_id]] for memory_id in ids]  # type: ignore[misc]
+        return self._records_at(self.rows[memory_id] for memory_id in ids)
 
     def find(self, content: LayerContent) -> list[MemoryRecord]:
         """The live records whose content equals ``content``, oldest first."""
         ids = sorted(self.digests.get(content_digest(content), ()))  # ids sort by creation
-        return [self.records[self.rows[memory_id]] for memory_id in ids]  # type: ignore[misc]
+        return self._records_at(self.rows[memory_id] for memory_id in ids)

@@ -366,7 +366,7 @@ class JsonlMemoryStore:
     @contextmanager
     def _all_layers(
         self, user_id: str, *, exclusive: bool, overwrite: bool = False
-    ) -> Iterator[dict[str, Bank]]:
+    ) -> Iterator[dict[MemoryLayer, Bank]]:
         # A fixed lock order (LAYERS) keeps two multi-bank callers from deadlocking.
         banks = {layer: self._bank(user_id, layer) for layer in LAYERS}
         with ExitStack() as stack:

@@ -108,6 +108,14 @@ def _lock_key(user: bytes, layer: str) -> int:
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
+def _aggregate(cursor: psycopg.Cursor[Any]) -> Any:
+    """The value of an aggregate query (``max``, ``count``), which always returns one row."""
+    row = cursor.fetchone()
+    if row is None:  # pragma: no cover - only a broken server or driver returns no row
+        raise MemoryStoreError("an aggregate query returned no row")
+    return row[0]
+
+
 def _record(raw: bytes, where: str, layer: str) -> MemoryRecord:
     try:
         record = MemoryRecord.model_validate_json(raw)
@@ -220,11 +228,13 @@ class PostgresMemoryStore:
     @staticmethod
     def _next_seq(conn: psycopg.Connection[Any], user: bytes, layer: str, count: int = 1) -> int:
         """Take ``count`` change numbers (the last one is returned) and record them."""
-        (last,) = conn.execute(
-            "SELECT max(n) FROM (SELECT nextval('autopersona_seq') AS n"
-            " FROM generate_series(1, %s)) AS taken",
-            (count,),
-        ).fetchone()
+        last = _aggregate(
+            conn.execute(
+                "SELECT max(n) FROM (SELECT nextval('autopersona_seq') AS n"
+                " FROM generate_series(1, %s)) AS taken",
+                (count,),
+            )
+        )
         conn.execute(
             "UPDATE autopersona_banks SET last_seq = %s WHERE user_id = %s AND layer = %s",
             (last, user, layer),
@@ -232,7 +242,7 @@ class PostgresMemoryStore:
         return int(last)
 
     @staticmethod
-    def _key(user_id: str, layer: MemoryLayer) -> tuple[bytes, str]:
+    def _key(user_id: str, layer: MemoryLayer) -> tuple[bytes, MemoryLayer]:
         content_type(layer)  # validates the layer
         return check_user_id(user_id).encode("utf-8"), layer
 
@@ -309,7 +319,7 @@ class PostgresMemoryStore:
             (user, layer, memory_id),
         ).fetchone()
         if row is None:
-            raise MemoryNotFoundError(user.decode(), layer, memory_id)  # type: ignore[arg-type]
+            raise MemoryNotFoundError(user.decode(), layer, memory_id)
         return _record(row[0], f"{self!r} {layer} {memory_id}", layer)
 
     def get(self, user_id: str, layer: MemoryLayer, memory_id: str) -> MemoryRecord:
@@ -505,9 +515,11 @@ class PostgresMemoryStore:
             for layer in LAYERS:  # the same order everywhere: no deadlock between restores
                 if not self._local.held.get((user, layer)):
                     conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(user, layer),))
-            (existing,) = conn.execute(
-                "SELECT count(*) FROM autopersona_memories WHERE user_id = %s", (user,)
-            ).fetchone()
+            existing = _aggregate(
+                conn.execute(
+                    "SELECT count(*) FROM autopersona_memories WHERE user_id = %s", (user,)
+                )
+            )
             if existing and not replace:
                 raise SnapshotError(
                     f"user {snapshot.user_id!r} already has {existing} memories; "

@@ -107,7 +107,7 @@ class MemoryBundle(BaseModel):
             layers[layer] = sorted(best.values(), key=lambda memory: -memory.score)
         return MemoryBundle.model_construct(None, **layers)
 
-    def __iter__(self) -> Iterator[ScoredMemory]:  # type: ignore[override]
+    def __iter__(self) -> Iterator[ScoredMemory]:  # type: ignore[override]  # memories, not (field, value) pairs
         """Iterate over every memory found, layer by layer (`LAYERS` order)."""
         for layer in LAYERS:
             yield from getattr(self, layer)

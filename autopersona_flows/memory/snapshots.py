@@ -99,7 +99,7 @@ class MemorySnapshot(BaseModel):
         return self
 
 
-def _fingerprint(user_id: str, memories: Mapping[str, Sequence[MemoryRecord]]) -> str:
+def _fingerprint(user_id: str, memories: Mapping[MemoryLayer, Sequence[MemoryRecord]]) -> str:
     return _json.digest(
         {
             "user_id": user_id,

@@ -12,6 +12,7 @@ from autopersona_flows.memory.records import (
     Embedding,
     LayerContent,
     MemoryLayer,
+    MemoryRecord,
     PersonaMemory,
     TrajectoryMemory,
     WorkspaceMemory,
@@ -26,6 +27,12 @@ TRICKY = "tab\t LS\u2028 PS\u2029 NEL\u0085 CR\r LF\n NUL\x00 🧠👩🏽‍�
 def persona(topic: str = "tone", preference: str = "formal") -> PersonaMemory:
     """Return a persona memory: the suite's default content."""
     return PersonaMemory(topic=topic, preference=preference)
+
+
+def persona_of(record: MemoryRecord) -> PersonaMemory:
+    """Return a persona record's content; a record of another layer fails the test."""
+    assert isinstance(record.content, PersonaMemory), record
+    return record.content
 
 
 def sample(layer: MemoryLayer, text: str = TRICKY) -> LayerContent:

@@ -6,6 +6,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import cast
 
 import pytest
 
@@ -19,6 +20,7 @@ from autopersona_flows.memory.jsonl import JsonlMemoryStore
 from autopersona_flows.memory.protocol import MemoryStore
 from autopersona_flows.memory.records import (
     LAYERS,
+    LayerContent,
     MemoryLayer,
     MemoryRecord,
     TrajectoryMemory,
@@ -31,6 +33,7 @@ from autopersona_flows.testing._support import (
     Job,
     embedding_of,
     persona,
+    persona_of,
     run_threads,
     sample,
     seed,
@@ -103,7 +106,7 @@ class MemoryStoreConformance:
         """`add_many` accepts records and contents and returns them in the order given."""
         explicit = MemoryRecord.of(persona("b"))  # older than the records made for "a" and "c"
         added = store.add_many(USER, "persona", [persona("a"), explicit, persona("c")])
-        assert [r.content.topic for r in added] == ["a", "b", "c"]
+        assert [persona_of(r).topic for r in added] == ["a", "b", "c"]
         assert added[1] == explicit
         assert sorted(store.list(USER, "persona"), key=lambda r: r.id) == [explicit, *added[::2]]
         assert store.add_many(USER, "persona", []) == []
@@ -238,10 +241,11 @@ class MemoryStoreConformance:
 
     def test_unknown_layer_is_refused(self, store: MemoryStore) -> None:
         """A layer that is not one of `LAYERS` is a ValueError."""
+        episodic = cast("MemoryLayer", "episodic")  # not a layer: what a caller may still pass
         for call in (
-            lambda: store.list(USER, "episodic"),  # type: ignore[arg-type]
-            lambda: store.add_many(USER, "episodic", [persona()]),  # type: ignore[arg-type]
-            lambda: store.changes(USER, "episodic"),  # type: ignore[arg-type]
+            lambda: store.list(USER, episodic),
+            lambda: store.add_many(USER, episodic, [persona()]),
+            lambda: store.changes(USER, episodic),
         ):
             with pytest.raises(ValueError, match=r"(?i)episodic"):  # the message names it
                 call()
@@ -276,7 +280,10 @@ class MemoryStoreConformance:
 
     def test_add_many_with_another_layer_stores_nothing(self, store: MemoryStore) -> None:
         """A batch with content or a record of another layer is a ValueError, stores nothing."""
-        other_layer = [TrajectoryMemory(query="q"), MemoryRecord.of(TrajectoryMemory(query="q"))]
+        other_layer: list[MemoryRecord | LayerContent] = [
+            TrajectoryMemory(query="q"),
+            MemoryRecord.of(TrajectoryMemory(query="q")),
+        ]
         for item in other_layer:
             with pytest.raises(ValueError, match=r"(?i)trajectory"):  # names the stray layer
                 store.add_many(USER, "persona", [persona(), item])
@@ -325,7 +332,7 @@ class MemoryStoreConformance:
             store.add(name, persona("owner", name))
         store.add(USER, TrajectoryMemory(query="a second layer"))  # still listed once
         for name in names:
-            assert [r.content.preference for r in store.list(name, "persona")] == [name]
+            assert [persona_of(r).preference for r in store.list(name, "persona")] == [name]
         assert store.users() == sorted(names)
 
     # -- change feed -----------------------------------------------------------------------
@@ -473,7 +480,7 @@ class MemoryStoreConformance:
         for view in (store, other, reopen()):
             records = view.list(USER, "persona")
             assert len({r.id for r in records}) == len(records) == 600
-            assert {r.content.topic for r in records} == {
+            assert {persona_of(r).topic for r in records} == {
                 f"{t}-{i}" for t in range(12) for i in range(50)
             }
 
@@ -542,6 +549,7 @@ class MemoryStoreConformance:
 
         _, *views_seen = run_threads(write, lambda: poll(store), lambda: poll(reopen()))
         for seen in views_seen:
+            assert isinstance(seen, set)
             assert all(count % batch == 0 for count in seen), sorted(seen)
         assert len(store.list(USER, "persona")) == batch * batches
 
@@ -554,7 +562,9 @@ class MemoryStoreConformance:
         early = reopen()
         assert early.list(USER, "persona") == []  # warm any per-object view first
         changed = seed(store)
-        carol = {"workspace": [MemoryRecord.of(sample("workspace"))]}
+        carol: dict[MemoryLayer, list[MemoryRecord]] = {
+            "workspace": [MemoryRecord.of(sample("workspace"))]
+        }
         store.restore(MemorySnapshot.of("carol", carol))
         for view in (early, reopen()):
             assert view.users() == store.users() == [USER, "carol"]

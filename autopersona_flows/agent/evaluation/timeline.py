@@ -26,7 +26,7 @@ import time
 from collections import defaultdict
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -50,7 +50,7 @@ __all__ = [
 ]
 
 TimelineCategory = Literal["change", "reversal", "conflict", "bounded", "backfill", "distinct"]
-TIMELINE_CATEGORIES: tuple[str, ...] = TimelineCategory.__args__  # type: ignore[attr-defined]
+TIMELINE_CATEGORIES: tuple[str, ...] = get_args(TimelineCategory)
 
 
 class _Model(BaseModel):
