@@ -11,24 +11,15 @@ from autopersona_flows.flows.answers import (
     pending_clarifications,
 )
 from autopersona_flows.flows.cache_policies import NodeCachePolicy, node_cache_key
-from autopersona_flows.flows.context import (
-    AnsweredQuestion,
-    NodeContext,
-    PersonaRuntime,
-    RequirementValue,
-    persona_runtime,
-)
+from autopersona_flows.flows.context import AnsweredQuestion, NodeContext, RequirementValue
 from autopersona_flows.flows.decorators import PersonaTask, persona_task
 from autopersona_flows.flows.flow import graph_runner, persona_graph, run_persona_graph
 from autopersona_flows.flows.graph import GraphSpec, NodeSpec, TaskGraph, TaskNode, resolve_tool
 from autopersona_flows.flows.ingestion import ingest_history
 from autopersona_flows.flows.maintenance import memory_maintenance
+from autopersona_flows.flows.runtime import PersonaRuntime, persona_runtime, runtime_from_settings
 from autopersona_flows.flows.serializers import OrjsonSerializer
-from autopersona_flows.flows.settings import (
-    AutopersonaSettings,
-    runtime_from_settings,
-    store_from_settings,
-)
+from autopersona_flows.flows.settings import AutopersonaSettings, store_from_settings
 
 __all__ = [
     "AnsweredQuestion",
