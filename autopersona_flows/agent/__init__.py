@@ -33,6 +33,7 @@ from autopersona_flows.agent.judges import Judge, LexicalJudge, Verdict
 from autopersona_flows.agent.matchers import DenseWordMatcher
 from autopersona_flows.agent.metrics import RuntimeMetrics
 from autopersona_flows.agent.openai import OpenAICompatibleJudge, OpenAICompatiblePolicy
+from autopersona_flows.agent.persona2web import query_to_persona_request
 from autopersona_flows.agent.planners import (
     DefaultPlanner,
     FunctionPlanner,
@@ -73,6 +74,7 @@ __all__ = [
     "evaluate_clarification_policy",
     "evaluate_judgement",
     "parse_decision",
+    "query_to_persona_request",
     "read_clarification_cases",
     "read_judgement_cases",
     "requirement_label",

@@ -37,7 +37,6 @@ from autopersona_flows.memory.persona2web import (
     Persona2WebCase,
     history_to_raw_tasks,
     load_persona2web,
-    query_to_persona_request,
 )
 from autopersona_flows.memory.protocol import ChangeSet, MemoryStore
 from autopersona_flows.memory.records import (
@@ -136,7 +135,6 @@ __all__ = [
     "new_memory_id",
     "open_store",
     "promote_choices",
-    "query_to_persona_request",
     "read_snapshot",
     "read_task_records",
     "refine_persona",
