@@ -16,7 +16,6 @@ bundles) do not ship. ``tests/test_public_api.py`` checks that the three agree.
 
 from __future__ import annotations
 
-import importlib
 import sys
 from typing import TYPE_CHECKING
 
@@ -48,7 +47,9 @@ def exports(
         module = where.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module), name)
+        # What `from module import name` runs, not importlib.import_module: only imports
+        # through it are reported by ``python -X importtime``.
+        value = getattr(__import__(module, fromlist=(name,)), name)
         setattr(sys.modules[package], name, value)
         return value
 
