@@ -19,12 +19,12 @@ decides what the person currently holds:
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import ClassVar
 
-import httpx
 from pydantic import ValidationError
 
 from autopersona_flows.agent.decisions import (
@@ -61,6 +61,20 @@ def constraint_text(memory: ScoredMemory | MemoryRecord) -> str:
     if isinstance(content, TrajectoryMemory):
         return f"earlier, for {content.query!r}: {content.insight or memory_text(content)}"
     return f"workspace: {memory_text(content)}"
+
+
+def _passes_through(exc: Exception) -> bool:
+    """Whether a judge's error is raised as it is, not as a `PolicyError`.
+
+    Ours say what went wrong already; a network failure of a remote judge is left
+    for the task's retries.
+    """
+    # httpx is looked up, not imported: the default judge never needs it, and a judge
+    # that raised one of its errors has imported it.
+    httpx = sys.modules.get("httpx")
+    return isinstance(exc, AutopersonaError | OSError) or (
+        httpx is not None and isinstance(exc, httpx.TransportError)
+    )
 
 
 @dataclass(frozen=True)
@@ -146,11 +160,10 @@ class EvidencePolicy:
             return {name: [] for name in candidates}  # nothing can answer: no judge needed
         try:
             raw = self.judge.judge(request, candidates)
-        # Our own errors say what went wrong; a network failure of a remote judge is
-        # left as it is, for the task's retries.
-        except (AutopersonaError, OSError, httpx.TransportError):
-            raise
-        except Exception as exc:  # a bug in a plugged-in judge, told apart from bad verdicts
+        except Exception as exc:
+            if _passes_through(exc):
+                raise
+            # A bug in a plugged-in judge, told apart from bad verdicts.
             raise PolicyError(f"judge {self.judge!r} raised {type(exc).__name__}: {exc}") from exc
         try:
             answer = {

@@ -2,33 +2,72 @@
 
 Before each node a PersonaAgent decides; a clarification pauses (or suspends) the
 run with a typed form answered in the Prefect UI; every step is cached so a
-resumed run repeats no tool call.
+resumed run repeats no tool call. Names other than `OrjsonSerializer` are imported
+on first use (see ``autopersona_flows/_lazy.py``).
 """
 
-from autopersona_flows.flows.answers import (
-    PendingClarification,
-    answer_clarification,
-    pending_clarifications,
-)
-from autopersona_flows.flows.cache_policies import NodeCachePolicy, node_cache_key
-from autopersona_flows.flows.context import (
-    AnsweredQuestion,
-    NodeContext,
-    PersonaRuntime,
-    RequirementValue,
-    persona_runtime,
-)
-from autopersona_flows.flows.decorators import PersonaTask, persona_task
-from autopersona_flows.flows.flow import graph_runner, persona_graph, run_persona_graph
-from autopersona_flows.flows.graph import GraphSpec, NodeSpec, TaskGraph, TaskNode, resolve_tool
-from autopersona_flows.flows.ingestion import ingest_history
-from autopersona_flows.flows.maintenance import memory_maintenance
+from typing import TYPE_CHECKING
+
+from autopersona_flows._lazy import exports
+
+# Not lazy: Prefect imports this package as a collection (the entry point in
+# pyproject.toml) so that a process reading our results knows their serializer, and
+# defining OrjsonSerializer is what registers it with Prefect.
 from autopersona_flows.flows.serializers import OrjsonSerializer
-from autopersona_flows.flows.settings import (
-    AutopersonaSettings,
-    runtime_from_settings,
-    store_from_settings,
-)
+
+if TYPE_CHECKING:
+    from autopersona_flows.flows.answers import (
+        PendingClarification,
+        answer_clarification,
+        pending_clarifications,
+    )
+    from autopersona_flows.flows.cache_policies import NodeCachePolicy, node_cache_key
+    from autopersona_flows.flows.context import AnsweredQuestion, NodeContext, RequirementValue
+    from autopersona_flows.flows.decorators import PersonaTask, persona_task
+    from autopersona_flows.flows.flow import graph_runner, persona_graph, run_persona_graph
+    from autopersona_flows.flows.graph import GraphSpec, NodeSpec, TaskGraph, TaskNode, resolve_tool
+    from autopersona_flows.flows.ingestion import ingest_history
+    from autopersona_flows.flows.maintenance import memory_maintenance
+    from autopersona_flows.flows.runtime import (
+        PersonaRuntime,
+        persona_runtime,
+        runtime_from_settings,
+    )
+    from autopersona_flows.flows.settings import AutopersonaSettings, store_from_settings
+else:
+    __getattr__, __dir__ = exports(
+        __name__,
+        {
+            "autopersona_flows.flows.answers": (
+                "PendingClarification",
+                "answer_clarification",
+                "pending_clarifications",
+            ),
+            "autopersona_flows.flows.cache_policies": ("NodeCachePolicy", "node_cache_key"),
+            "autopersona_flows.flows.context": (
+                "AnsweredQuestion",
+                "NodeContext",
+                "RequirementValue",
+            ),
+            "autopersona_flows.flows.decorators": ("PersonaTask", "persona_task"),
+            "autopersona_flows.flows.flow": ("graph_runner", "persona_graph", "run_persona_graph"),
+            "autopersona_flows.flows.graph": (
+                "GraphSpec",
+                "NodeSpec",
+                "TaskGraph",
+                "TaskNode",
+                "resolve_tool",
+            ),
+            "autopersona_flows.flows.ingestion": ("ingest_history",),
+            "autopersona_flows.flows.maintenance": ("memory_maintenance",),
+            "autopersona_flows.flows.runtime": (
+                "PersonaRuntime",
+                "persona_runtime",
+                "runtime_from_settings",
+            ),
+            "autopersona_flows.flows.settings": ("AutopersonaSettings", "store_from_settings"),
+        },
+    )
 
 __all__ = [
     "AnsweredQuestion",

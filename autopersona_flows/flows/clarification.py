@@ -20,7 +20,7 @@ from pydantic import Field, ValidationError, create_model
 from autopersona_flows import _json
 from autopersona_flows.agent.decisions import ClarifyDecision
 from autopersona_flows.errors import ClarificationTimeoutError
-from autopersona_flows.flows.context import PersonaRuntime
+from autopersona_flows.flows.runtime import PersonaRuntime
 
 __all__ = [
     "ClarificationForm",

@@ -16,7 +16,7 @@ from pydantic import Field
 
 from autopersona_flows.errors import IngestionError
 from autopersona_flows.flows.cache_policies import NodeCachePolicy
-from autopersona_flows.flows.context import current_runtime
+from autopersona_flows.flows.runtime import current_runtime
 from autopersona_flows.flows.serializers import OrjsonSerializer
 from autopersona_flows.memory.ingestion import ingest_task_history, read_task_records
 from autopersona_flows.memory.records import RawTaskRecord

@@ -10,7 +10,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_table_artifact
 from pydantic import Field
 
-from autopersona_flows.flows.context import current_runtime
+from autopersona_flows.flows.runtime import current_runtime
 from autopersona_flows.flows.settings import load_settings
 from autopersona_flows.memory.maintenance import MaintenanceReport, maintain_user
 from autopersona_flows.memory.snapshots import write_snapshot

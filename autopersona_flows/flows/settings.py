@@ -5,6 +5,8 @@ Python caller to hand it a PersonaAgent, so it builds one from these settings.
 Every value can be set as an environment variable (e.g. in a work pool's
 ``job_variables.env``), in ``prefect.toml`` under ``[integrations.autopersona]``
 or in ``pyproject.toml`` under ``[tool.prefect.integrations.autopersona]``.
+`agent_from_settings` builds the agent; `runtime_from_settings` (``runtime.py``,
+which builds on this module) the runtime around it.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import functools
 import importlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from prefect.settings import get_current_settings
 from prefect.settings.base import PrefectBaseSettings, build_settings_config
@@ -23,13 +25,22 @@ from autopersona_flows.agent.evidence import EvidencePolicy
 from autopersona_flows.agent.openai import OpenAICompatiblePolicy
 from autopersona_flows.agent.policies import Policy
 from autopersona_flows.errors import FlowConfigurationError
-from autopersona_flows.flows.context import PauseMode, PersonaRuntime
 from autopersona_flows.memory.embedders import get_embedder
 from autopersona_flows.memory.protocol import MemoryStore
 from autopersona_flows.memory.retrieval import MemoryRetriever
 from autopersona_flows.memory.stores import is_postgres, open_store
 
-__all__ = ["AutopersonaSettings", "load_settings", "runtime_from_settings", "store_from_settings"]
+__all__ = [
+    "AutopersonaSettings",
+    "PauseMode",
+    "agent_from_settings",
+    "load_settings",
+    "store_from_settings",
+]
+
+PauseMode = Literal["auto", "pause", "suspend"]
+"""How a run waits for an answer: ``suspend`` frees the worker (deployments only),
+``pause`` keeps the process polling, ``auto`` suspends when the run has a deployment."""
 
 
 class AutopersonaSettings(PrefectBaseSettings):
@@ -176,8 +187,8 @@ def _agent(store: str, embedder: str, policy: tuple[Any, ...]) -> PersonaAgent:
     return PersonaAgent(retriever, _policy(*policy))
 
 
-def runtime_from_settings(settings: AutopersonaSettings | None = None) -> PersonaRuntime:
-    """The runtime a run uses when no `persona_runtime` block configures one.
+def agent_from_settings(settings: AutopersonaSettings | None = None) -> PersonaAgent:
+    """The PersonaAgent the settings describe: one per configuration and process.
 
     Raises:
         FlowConfigurationError: If a setting has an invalid value or names a policy
@@ -187,10 +198,4 @@ def runtime_from_settings(settings: AutopersonaSettings | None = None) -> Person
     settings = settings or load_settings()
     key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
     policy = (settings.policy, settings.llm_base_url, settings.llm_model, key, settings.llm_timeout)
-    return PersonaRuntime(
-        agent=_agent(settings.store_address(), settings.embedder, policy),
-        pause_mode=settings.pause_mode,
-        pause_timeout=settings.pause_timeout,
-        poll_interval=settings.poll_interval,
-        result_storage=settings.results.expanduser() if settings.results else None,
-    )
+    return _agent(settings.store_address(), settings.embedder, policy)

@@ -5,12 +5,14 @@ holds ``query``, ``trace`` (or ``events``), ``outcome`` (or ``result``),
 ``insight``, ``task``, ``interaction`` (or ``events``), ``state`` and ``persona``
 (a list of ``{topic, preference, strategy}``). Files are JSON (one case or a list
 of cases) or JSONL (one case a line). Fields the adapter does not know are ignored.
+The new query becomes a request to the PersonaAgent in the agent layer
+(`autopersona_flows.agent.query_to_persona_request`): this layer never imports it.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -18,17 +20,8 @@ from autopersona_flows import _json
 from autopersona_flows._validation import describe
 from autopersona_flows.errors import IngestionError
 from autopersona_flows.memory.records import JsonValue, RawTaskRecord, Text
-from autopersona_flows.memory.text import json_text
 
-if TYPE_CHECKING:
-    from autopersona_flows.agent.decisions import PersonaRequest
-
-__all__ = [
-    "Persona2WebCase",
-    "history_to_raw_tasks",
-    "load_persona2web",
-    "query_to_persona_request",
-]
+__all__ = ["Persona2WebCase", "history_to_raw_tasks", "load_persona2web"]
 
 # Where an item leaves a field out, the first fallback present stands in for it.
 _FALLBACKS = {"trace": ("events",), "outcome": ("result",), "interaction": ("events",)}
@@ -129,12 +122,3 @@ def load_persona2web(path: str | Path) -> list[Persona2WebCase]:
 def history_to_raw_tasks(case: Persona2WebCase) -> list[RawTaskRecord]:
     """The case's history as task records, ready for `ingest_task_history`."""
     return list(case.history)
-
-
-def query_to_persona_request(case: Persona2WebCase) -> PersonaRequest:
-    """The case's new query as a request to the PersonaAgent (task details as its node)."""
-    # Imported here: the agent layer builds on this one, not the other way round.
-    from autopersona_flows.agent.decisions import NodeInfo, PersonaRequest  # noqa: PLC0415
-
-    node = None if case.task is None else NodeInfo(id="task", instruction=json_text(case.task))
-    return PersonaRequest(user_id=case.user_id, query=case.query, node=node)

@@ -1,7 +1,10 @@
 """EvidencePolicy: which answer is current, when to ask, and what guidance a node gets."""
 
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 
+import httpx
 import pytest
 
 from autopersona_flows import (
@@ -321,6 +324,23 @@ def test_a_judge_that_breaks_is_told_apart_from_one_that_answers_nonsense(
 
     with pytest.raises(ConnectionRefusedError):  # left as it is: a task may retry it
         ask(store, SEAT, policy=EvidencePolicy(judge=_Judge(unreachable)))
+
+    def slow(candidates: object) -> object:
+        raise httpx.ReadTimeout("the judge's server did not answer")  # not an OSError
+
+    with pytest.raises(httpx.ReadTimeout):
+        ask(store, SEAT, policy=EvidencePolicy(judge=_Judge(slow)))
+
+
+def test_the_default_tier_loads_no_http_client() -> None:
+    # httpx is the LLM tier's; EvidencePolicy tells its errors apart without importing it.
+    code = (
+        "import sys\n"
+        "from autopersona_flows.agent import EvidencePolicy, LexicalJudge, PersonaAgent\n"
+        "print('httpx' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
 
 
 def test_later_answers_within_the_margin_do_not_drift_away_from_the_clearest(

@@ -37,7 +37,7 @@ from autopersona_flows.flows import (
     runtime_from_settings,
     store_from_settings,
 )
-from autopersona_flows.flows.context import current_runtime
+from autopersona_flows.flows.runtime import current_runtime
 from autopersona_flows.memory import HashingEmbedder, JsonlMemoryStore, PersonaMemory
 
 PREFIX = "PREFECT_INTEGRATIONS_AUTOPERSONA_"

@@ -13,7 +13,7 @@ from autopersona_flows import (
     TrajectoryMemory,
     WorkspaceMemory,
 )
-from autopersona_flows.agent import NodeInfo, PersonaRequest
+from autopersona_flows.agent import NodeInfo, PersonaRequest, query_to_persona_request
 from autopersona_flows.errors import EmbeddingMismatchError, IngestionError
 from autopersona_flows.memory import (
     HashingEmbedder,
@@ -25,7 +25,6 @@ from autopersona_flows.memory import (
     history_to_raw_tasks,
     ingest_task_history,
     load_persona2web,
-    query_to_persona_request,
     refine_persona,
     refine_trajectory,
     refine_workspace,

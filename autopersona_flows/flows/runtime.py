@@ -1,0 +1,132 @@
+"""How a flow finds its PersonaAgent: the runtime of a `persona_runtime` block, or the settings'.
+
+A run with no block (one started from a deployment) gets its runtime from
+`AutopersonaSettings`. This module builds on ``settings.py``, never the other way
+round; what a tool receives is in ``context.py``, which needs neither.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from prefect.filesystems import WritableFileSystem
+
+from autopersona_flows.agent.agent import PersonaAgent
+from autopersona_flows.errors import FlowConfigurationError
+from autopersona_flows.flows.settings import (
+    AutopersonaSettings,
+    PauseMode,
+    agent_from_settings,
+    load_settings,
+)
+
+__all__ = ["PersonaRuntime", "current_runtime", "persona_runtime", "runtime_from_settings"]
+
+
+@dataclass(frozen=True)
+class PersonaRuntime:
+    """The live parts and options of persona-aware runs (never flow parameters).
+
+    Attributes:
+        agent: Decides for each node and learns answers.
+        user_id: The user of `persona_task` calls (graph runs pass their own).
+        query: The request of `persona_task` calls.
+        pause_mode: How to wait for an answer; see `PauseMode`.
+        pause_timeout: Seconds to wait for an answer before the run fails.
+        poll_interval: Seconds between checks while paused (Prefect's default is 10).
+        result_storage: Where node results are persisted (a folder or a Prefect
+            file-system block); Prefect's default storage if ``None``. Every
+            worker that may resume a run must see it.
+        episode_id: Ties cache keys to one episode (default: the flow run's id).
+    """
+
+    agent: PersonaAgent
+    user_id: str | None = None
+    query: str = ""
+    pause_mode: PauseMode = "auto"
+    pause_timeout: int = 3600
+    poll_interval: float = 1.0
+    result_storage: Path | WritableFileSystem | None = None
+    episode_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.agent, PersonaAgent):
+            raise FlowConfigurationError(f"agent must be a PersonaAgent, got {self.agent!r}")
+        if self.pause_mode not in ("auto", "pause", "suspend"):
+            raise FlowConfigurationError(
+                f"pause_mode must be auto, pause or suspend: {self.pause_mode!r}"
+            )
+        if self.pause_timeout <= 0 or self.poll_interval <= 0:
+            raise FlowConfigurationError("pause_timeout and poll_interval must be positive")
+        if isinstance(self.result_storage, str):
+            raise FlowConfigurationError(
+                "result_storage must be a Path or a file-system block; Prefect reads a str as "
+                "a block slug, not a folder"
+            )
+
+
+_RUNTIME: ContextVar[PersonaRuntime | None] = ContextVar("autopersona_runtime", default=None)
+
+
+@contextlib.contextmanager
+def persona_runtime(agent: PersonaAgent | None = None, **options: Any) -> Iterator[PersonaRuntime]:
+    """Provide the PersonaAgent (and options) to persona tasks and graphs in this block.
+
+    Nested blocks inherit what they do not set, like Prefect's ``tags``::
+
+        with persona_runtime(agent, user_id="ada", query="Finish my paper"):
+            my_flow()
+
+    Args:
+        agent: The agent; inherited from an enclosing block, or built from the
+            settings (see `current_runtime`), if omitted.
+        **options: Any other field of `PersonaRuntime`.
+    """
+    outer = _RUNTIME.get()
+    if agent is None:
+        runtime = replace(current_runtime(), **options)
+    else:
+        base = {} if outer is None else {k: v for k, v in vars(outer).items() if k != "agent"}
+        runtime = PersonaRuntime(agent=agent, **(base | options))
+    token = _RUNTIME.set(runtime)
+    try:
+        yield runtime
+    finally:
+        _RUNTIME.reset(token)
+
+
+def current_runtime() -> PersonaRuntime:
+    """The innermost `persona_runtime` block's runtime, else one built from the settings.
+
+    Runs started from a deployment have no caller to open a block, so they get their
+    agent and options from `AutopersonaSettings` (``PREFECT_INTEGRATIONS_AUTOPERSONA_*``).
+
+    Raises:
+        FlowConfigurationError: If there is no block and the settings are invalid.
+        EmbedderError: If there is no block and the embedder setting names none.
+    """
+    runtime = _RUNTIME.get()
+    return runtime_from_settings() if runtime is None else runtime
+
+
+def runtime_from_settings(settings: AutopersonaSettings | None = None) -> PersonaRuntime:
+    """The runtime a run uses when no `persona_runtime` block configures one.
+
+    Raises:
+        FlowConfigurationError: If a setting has an invalid value or names a policy
+            that cannot be built.
+        EmbedderError: If the embedder setting names no embedder.
+    """
+    settings = settings or load_settings()
+    return PersonaRuntime(
+        agent=agent_from_settings(settings),
+        pause_mode=settings.pause_mode,
+        pause_timeout=settings.pause_timeout,
+        poll_interval=settings.poll_interval,
+        result_storage=settings.results.expanduser() if settings.results else None,
+    )
