@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     )
     from autopersona_flows.errors import (
         AutopersonaError,
+        ConfigurationError,
         DuplicateMemoryError,
         EmbedderError,
         EmbeddingMismatchError,
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
         ResolverError,
         RetrievalError,
         SnapshotError,
+        StoreUnavailableError,
     )
     from autopersona_flows.memory import (
         LAYERS,
@@ -86,6 +88,7 @@ else:
             ),
             "autopersona_flows.errors": (
                 "AutopersonaError",
+                "ConfigurationError",
                 "DuplicateMemoryError",
                 "EmbedderError",
                 "EmbeddingMismatchError",
@@ -100,6 +103,7 @@ else:
                 "ResolverError",
                 "RetrievalError",
                 "SnapshotError",
+                "StoreUnavailableError",
             ),
             "autopersona_flows.memory": (
                 "LAYERS",
@@ -134,6 +138,7 @@ __all__ = [
     "LAYERS",
     "AutopersonaError",
     "ClarifyDecision",
+    "ConfigurationError",
     "Constraint",
     "DuplicateMemoryError",
     "Embedder",
@@ -175,6 +180,7 @@ __all__ = [
     "ScoredMemory",
     "SearchRequest",
     "SnapshotError",
+    "StoreUnavailableError",
     "TrajectoryMemory",
     "UpdateDecision",
     "WorkspaceMemory",

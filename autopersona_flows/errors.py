@@ -10,6 +10,7 @@ each also inherits the builtin it refines, so ``except ValueError`` keeps workin
     │   ├── DuplicateMemoryError (ValueError)
     │   ├── MemoryStoreCorruptionError
     │   ├── UnsafeLinkError
+    │   ├── StoreUnavailableError: transient, worth a retry
     │   └── SnapshotError (ValueError)
     ├── EmbedderError (ValueError)
     │   └── EmbeddingMismatchError
@@ -19,14 +20,19 @@ each also inherits the builtin it refines, so ``except ValueError`` keeps workin
     │   └── ExtractionError
     ├── PolicyError (ValueError)
     ├── EvaluationError (ValueError)
-    ├── GraphError (ValueError)
-    ├── FlowConfigurationError (ValueError)
-    ├── NodeOutputError (TypeError)
+    ├── ConfigurationError: a developer's mistake, never retried
+    │   ├── GraphError (ValueError)
+    │   ├── FlowConfigurationError (ValueError)
+    │   └── NodeOutputError (TypeError)
     ├── ClarificationTimeoutError
     └── AnswerRejectedError (ValueError)
 
 Invalid record contents raise pydantic's `ValidationError` (a `ValueError`),
 which names every offending field.
+
+A persona node's run task retries (under the node's ``retries``) a tool's own
+failures and `StoreUnavailableError`, never any other error of this tree: those
+would fail again the same way.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ __all__ = [
     "AnswerRejectedError",
     "AutopersonaError",
     "ClarificationTimeoutError",
+    "ConfigurationError",
     "DuplicateMemoryError",
     "EmbedderError",
     "EmbeddingMismatchError",
@@ -54,6 +61,7 @@ __all__ = [
     "ResolverError",
     "RetrievalError",
     "SnapshotError",
+    "StoreUnavailableError",
     "UnsafeLinkError",
 ]
 
@@ -139,6 +147,15 @@ class UnsafeLinkError(MemoryStoreError):
         )
 
 
+class StoreUnavailableError(MemoryStoreError):
+    """The store could not be reached or gave up mid-operation; trying again may work.
+
+    The PostgreSQL store raises it when the server refuses or drops the
+    connection, shuts down, or cancels the statement; the next call opens a new
+    connection. A write it interrupts was rolled back as a whole.
+    """
+
+
 class SnapshotError(MemoryStoreError, ValueError):
     """A snapshot cannot be exported, read or restored as asked."""
 
@@ -188,18 +205,22 @@ class EvaluationError(AutopersonaError, ValueError):
     """An evaluation set is empty or its labels are invalid."""
 
 
-class GraphError(AutopersonaError, ValueError):
+class ConfigurationError(AutopersonaError):
+    """A developer's mistake in how the library is wired or called; never retried."""
+
+
+class GraphError(ConfigurationError, ValueError):
     """A task graph is malformed; the message names the nodes involved.
 
     A duplicate id, an unknown dependency, a cycle, or a tool that cannot be imported.
     """
 
 
-class FlowConfigurationError(AutopersonaError, ValueError):
+class FlowConfigurationError(ConfigurationError, ValueError):
     """A persona flow is missing its agent or has invalid options; never retried."""
 
 
-class NodeOutputError(AutopersonaError, TypeError):
+class NodeOutputError(ConfigurationError, TypeError):
     """A node's tool returned something that is not a JSON value.
 
     Node results feed later nodes' cache keys and are stored as JSON, so a tool

@@ -18,6 +18,7 @@ def test_top_level_surface() -> None:
         "LAYERS",
         "AutopersonaError",
         "ClarifyDecision",
+        "ConfigurationError",
         "Constraint",
         "DuplicateMemoryError",
         "Embedder",
@@ -59,6 +60,7 @@ def test_top_level_surface() -> None:
         "ScoredMemory",
         "SearchRequest",
         "SnapshotError",
+        "StoreUnavailableError",
         "TrajectoryMemory",
         "UpdateDecision",
         "WorkspaceMemory",
@@ -94,6 +96,10 @@ def test_errors_form_one_tree_and_refine_builtins() -> None:
     assert issubclass(errors.EmbeddingMismatchError, errors.EmbedderError)
     assert issubclass(errors.ResolverError, ValueError)
     assert issubclass(errors.ExtractionError, errors.IngestionError)
+    for mistake in (errors.GraphError, errors.FlowConfigurationError, errors.NodeOutputError):
+        assert issubclass(mistake, errors.ConfigurationError)  # never retried
+    assert issubclass(errors.NodeOutputError, TypeError)
+    assert issubclass(errors.StoreUnavailableError, errors.MemoryStoreError)
 
 
 LOADED = (  # what a memory user must not pay for: Prefect, the HTTP client, the agent

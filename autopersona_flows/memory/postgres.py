@@ -26,14 +26,15 @@ transaction.
 from __future__ import annotations
 
 import builtins
+import functools
 import hashlib
 import secrets
 import threading
 import weakref
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from autopersona_flows.errors import (
     DuplicateMemoryError,
@@ -41,6 +42,7 @@ from autopersona_flows.errors import (
     MemoryStoreCorruptionError,
     MemoryStoreError,
     SnapshotError,
+    StoreUnavailableError,
 )
 from autopersona_flows.memory.protocol import ChangeSet
 from autopersona_flows.memory.records import (
@@ -100,6 +102,31 @@ _REPAIR_ROW = (
     "replaces the user's memory rows, not their history"
 )
 _SCHEMA_LOCK = 0x6175_746F_7065  # "autope": serialises concurrent first uses
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _reachable(
+    method: Callable[Concatenate[PostgresMemoryStore, _P], _R],
+) -> Callable[Concatenate[PostgresMemoryStore, _P], _R]:
+    """Raise a lost or refused connection as `StoreUnavailableError`, worth a retry.
+
+    psycopg raises ``OperationalError`` for what the server or the network did (a
+    refused or dropped connection, a shutdown, a cancelled statement), not for
+    what the call asked; the transaction it interrupted was rolled back.
+    """
+
+    @functools.wraps(method)
+    def call(self: PostgresMemoryStore, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(self, *args, **kwargs)
+        except psycopg.OperationalError as exc:
+            self._discard()  # psycopg may not mark a dropped connection closed
+            raise StoreUnavailableError(f"{self!r} is unavailable: {exc}".strip()) from exc
+
+    return call
 
 
 def _lock_key(user: bytes, layer: str) -> int:
@@ -175,7 +202,12 @@ class PostgresMemoryStore:
         except psycopg.Error as exc:
             if conn is not None:
                 conn.close()
-            raise MemoryStoreError(f"cannot use {self!r}: {exc}") from exc
+            kind = (
+                StoreUnavailableError
+                if isinstance(exc, psycopg.OperationalError)
+                else MemoryStoreError
+            )
+            raise kind(f"cannot use {self!r}: {exc}") from exc
         self._local.conn, self._local.held = conn, {}
         with self._lock:
             # Threads come and go (Prefect starts new ones for each run): close the
@@ -192,6 +224,12 @@ class PostgresMemoryStore:
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
             conn.execute(_SCHEMA)
         self._ready = True
+
+    def _discard(self) -> None:
+        """Close this thread's connection, if it has one: the next call opens another."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
 
     def close(self) -> None:
         """Close every connection this store opened (a later call opens new ones)."""
@@ -254,6 +292,7 @@ class PostgresMemoryStore:
         (stored,) = self.add_many(user_id, record.layer, [record])
         return stored
 
+    @_reachable
     def add_many(
         self, user_id: str, layer: MemoryLayer, items: Iterable[MemoryRecord | LayerContent]
     ) -> builtins.list[MemoryRecord]:
@@ -322,16 +361,19 @@ class PostgresMemoryStore:
             raise MemoryNotFoundError(user.decode(), layer, memory_id)
         return _record(row[0], f"{self!r} {layer} {memory_id}", layer)
 
+    @_reachable
     def get(self, user_id: str, layer: MemoryLayer, memory_id: str) -> MemoryRecord:
         """Return one record; see `MemoryStore.get`."""
         user, layer = self._key(user_id, layer)
         return self._require(self._conn(), user, layer, memory_id)
 
+    @_reachable
     def list(self, user_id: str, layer: MemoryLayer) -> builtins.list[MemoryRecord]:
         """Return a layer's records, oldest first; see `MemoryStore.list`."""
         user, layer = self._key(user_id, layer)
         return self._all(self._conn(), user, layer)
 
+    @_reachable
     def update(
         self,
         user_id: str,
@@ -362,6 +404,7 @@ class PostgresMemoryStore:
             )
         return after
 
+    @_reachable
     def delete(
         self, user_id: str, layer: MemoryLayer, memory_id: str, *, reason: str = ""
     ) -> MemoryRecord:
@@ -397,6 +440,7 @@ class PostgresMemoryStore:
             ),
         )
 
+    @_reachable
     def history(
         self, user_id: str, layer: MemoryLayer, memory_id: str | None = None
     ) -> builtins.list[MemoryChange]:
@@ -409,6 +453,7 @@ class PostgresMemoryStore:
         )
         return [_change(raw, f"{self!r} {layer} history", layer) for (raw,) in rows]
 
+    @_reachable
     def changes(self, user_id: str, layer: MemoryLayer, since: str | None = None) -> ChangeSet:
         """Return what changed in a bank since ``since``; see `MemoryStore.changes`.
 
@@ -455,15 +500,22 @@ class PostgresMemoryStore:
         conn = self._conn()
         held: dict[tuple[bytes, str], int] = self._local.held
         if not held.get((user, layer)):
-            conn.execute("SELECT pg_advisory_lock(%s)", (_lock_key(user, layer),))
+            self._advisory(conn, "pg_advisory_lock", user, layer)
         held[(user, layer)] = held.get((user, layer), 0) + 1
         try:
             yield
         finally:
             held[(user, layer)] -= 1
             if not held[(user, layer)]:
-                conn.execute("SELECT pg_advisory_unlock(%s)", (_lock_key(user, layer),))
+                # A lost connection took its session locks with it: nothing to unlock.
+                with suppress(StoreUnavailableError):
+                    self._advisory(conn, "pg_advisory_unlock", user, layer)
 
+    @_reachable
+    def _advisory(self, conn: psycopg.Connection[Any], call: str, user: bytes, layer: str) -> None:
+        conn.execute(f"SELECT {call}(%s)", (_lock_key(user, layer),))
+
+    @_reachable
     def users(self) -> builtins.list[str]:
         """Return every user with a bank here, sorted; see `MemoryStore.users`."""
         rows = self._conn().execute("SELECT DISTINCT user_id FROM autopersona_banks")
@@ -480,6 +532,7 @@ class PostgresMemoryStore:
                 ) from None
         return sorted(found)
 
+    @_reachable
     def snapshot(self, user_id: str) -> MemorySnapshot:
         """Read all layers in one repeatable-read transaction; see `MemoryStore.snapshot`."""
         user = check_user_id(user_id).encode("utf-8")
@@ -498,10 +551,12 @@ class PostgresMemoryStore:
             memories[layer].append(_record(raw, f"{self!r} {layer}", layer))
         return MemorySnapshot.of(user_id, memories)
 
+    @_reachable
     def snapshot_fingerprint(self, user_id: str) -> str:
         """Return the snapshot's fingerprint; see `MemoryStore.snapshot_fingerprint`."""
         return self.snapshot(user_id).fingerprint
 
+    @_reachable
     def restore(self, snapshot: MemorySnapshot, *, replace: bool = False) -> None:
         """Load a snapshot in one transaction; see `MemoryStore.restore`.
 

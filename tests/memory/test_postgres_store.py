@@ -18,7 +18,11 @@ import numpy as np
 import pytest
 
 from autopersona_flows.cli import main
-from autopersona_flows.errors import MemoryStoreCorruptionError, MemoryStoreError
+from autopersona_flows.errors import (
+    MemoryStoreCorruptionError,
+    MemoryStoreError,
+    StoreUnavailableError,
+)
 from autopersona_flows.memory import (
     FunctionEmbedder,
     HashingEmbedder,
@@ -203,8 +207,45 @@ def test_addresses_open_the_right_store_and_never_show_a_password(postgres_schem
 
 def test_an_unreachable_database_is_a_store_error_naming_it() -> None:
     store = PostgresMemoryStore("postgresql://nobody:secret@127.0.0.1:1/none?connect_timeout=2")
-    with pytest.raises(MemoryStoreError, match=r"cannot use PostgresMemoryStore"):
+    with pytest.raises(StoreUnavailableError, match=r"cannot use PostgresMemoryStore") as caught:
         store.list(USER, "persona")
+    assert "secret" not in str(caught.value)
+
+
+def _drop_connections(dsn: str, application: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        (dropped,) = conn.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE application_name = %s",
+            (application,),
+        ).fetchone()
+    return int(dropped)
+
+
+def test_a_dropped_connection_is_transient_and_the_next_call_reconnects(postgres_schema) -> None:
+    name = f"autopersona-drop-{uuid.uuid4().hex[:8]}"
+    store = PostgresMemoryStore(f"{postgres_schema}&application_name={name}")
+    kept = store.add(USER, PersonaMemory(topic="tone", preference="terse"))
+    try:
+        for call in (
+            lambda: store.list(USER, "persona"),
+            lambda: store.add(USER, PersonaMemory(topic="seat", preference="aisle")),
+            lambda: store.update(
+                USER, "persona", kept.id, PersonaMemory(topic="tone", preference="brief")
+            ),
+        ):
+            assert store.list(USER, "persona") == [kept]  # connected again
+            assert _drop_connections(postgres_schema, name) == 1  # the server drops it
+            with pytest.raises(StoreUnavailableError, match="is unavailable"):
+                call()
+        with store.locked(USER, "persona"):  # leaving a lock that died with its connection
+            assert _drop_connections(postgres_schema, name) == 1
+        # Nothing half-written: the interrupted add and update never landed.
+        assert store.list(USER, "persona") == [kept]
+        store.add(USER, PersonaMemory(topic="seat", preference="aisle"))
+        assert len(store.list(USER, "persona")) == 2
+    finally:
+        store.close()
 
 
 def test_embeddings_are_stored_with_the_record(pg_store) -> None:
