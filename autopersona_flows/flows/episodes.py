@@ -11,6 +11,7 @@ from prefect.results import ResultStore, get_default_result_storage
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 from autopersona_flows.agent.decisions import ClarifyDecision
+from autopersona_flows.flows._sync import blocking
 from autopersona_flows.flows.cache_policies import node_cache_key
 from autopersona_flows.flows.clarification import answer_given
 from autopersona_flows.flows.serializers import OrjsonSerializer
@@ -54,7 +55,7 @@ class EpisodeAnswers:
         if isinstance(storage, Path):
             storage = LocalFileSystem(basepath=str(storage))
         self._store = ResultStore(
-            result_storage=storage or get_default_result_storage(),
+            result_storage=storage or blocking(get_default_result_storage)(),
             serializer=OrjsonSerializer(),
         )
         self.episode_id = episode_id
