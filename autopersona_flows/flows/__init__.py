@@ -23,6 +23,7 @@ from autopersona_flows.flows.flow import graph_runner, persona_graph, run_person
 from autopersona_flows.flows.graph import GraphSpec, NodeSpec, TaskGraph, TaskNode, resolve_tool
 from autopersona_flows.flows.ingestion import ingest_history
 from autopersona_flows.flows.maintenance import memory_maintenance
+from autopersona_flows.flows.options import DEFAULT_TASK_OPTIONS, PersonaTaskOptions
 from autopersona_flows.flows.serializers import OrjsonSerializer
 from autopersona_flows.flows.settings import (
     AutopersonaSettings,
@@ -31,6 +32,7 @@ from autopersona_flows.flows.settings import (
 )
 
 __all__ = [
+    "DEFAULT_TASK_OPTIONS",
     "AnsweredQuestion",
     "AutopersonaSettings",
     "GraphSpec",
@@ -41,6 +43,7 @@ __all__ = [
     "PendingClarification",
     "PersonaRuntime",
     "PersonaTask",
+    "PersonaTaskOptions",
     "RequirementValue",
     "TaskGraph",
     "TaskNode",

@@ -126,7 +126,7 @@ def _run_graph(
                     tools=tools,
                     in_flight=list(futures.values()),
                 )
-            run = steps.run_task(node.id, tools_by_node[node_id], retries=node.retries)
+            run = steps.run_task(node.id, tools_by_node[node_id], {"retries": node.retries})
             inputs = {dependency: futures[dependency] for dependency in node.depends_on}
             futures[node_id] = run.submit(
                 episode_id=steps.episode_id,
