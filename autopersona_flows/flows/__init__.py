@@ -19,7 +19,13 @@ from autopersona_flows.flows.context import (
     persona_runtime,
 )
 from autopersona_flows.flows.decorators import PersonaTask, persona_task
-from autopersona_flows.flows.flow import graph_runner, persona_graph, run_persona_graph
+from autopersona_flows.flows.flow import (
+    apersona_graph,
+    arun_persona_graph,
+    graph_runner,
+    persona_graph,
+    run_persona_graph,
+)
 from autopersona_flows.flows.graph import GraphSpec, NodeSpec, TaskGraph, TaskNode, resolve_tool
 from autopersona_flows.flows.ingestion import ingest_history
 from autopersona_flows.flows.maintenance import memory_maintenance
@@ -48,6 +54,8 @@ __all__ = [
     "TaskGraph",
     "TaskNode",
     "answer_clarification",
+    "apersona_graph",
+    "arun_persona_graph",
     "graph_runner",
     "ingest_history",
     "memory_maintenance",

@@ -37,6 +37,7 @@ from autopersona_flows.flows import (
     PendingClarification,
     TaskGraph,
     TaskNode,
+    arun_persona_graph,
     persona_graph,
     persona_runtime,
     run_persona_graph,
@@ -253,6 +254,29 @@ def test_a_new_run_of_the_same_episode_replays_every_node_from_the_cache(kit) ->
     assert kit.calls == dict.fromkeys(graph.order, 2)
     assert other["metrics"]["cache_hits"] == 0
     assert other["metrics"]["tool_executions"] == 4
+
+
+@pytest.mark.filterwarnings("ignore:unclosed:ResourceWarning")  # see run_async
+def test_async_tools_run_in_the_sync_flow_and_in_its_async_twin(kit, run_async) -> None:
+    kit.store.add(USER, PersonaMemory(topic="citation style", preference="APA"))
+    graph = TaskGraph(
+        [
+            TaskNode(id="fetch", tool=kit.arecord),
+            TaskNode(id="draft", tool=kit.arecord, depends_on=["fetch"], requires=[CITATION]),
+            TaskNode(id="send", tool=kit.record, depends_on=["draft"]),
+        ]
+    )
+    options = {"agent": kit.agent, "pause_timeout": 5, **FAST}
+
+    synced = run_persona_graph(graph, USER, QUERY, **options)
+    awaited = run_async(arun_persona_graph(graph, USER, QUERY, **options))
+
+    assert kit.calls == dict.fromkeys(graph.order, 2)
+    for result in (synced, awaited):
+        assert result["outputs"]["send"]["inputs"] == ["draft"]
+        assert result["outputs"]["draft"]["inputs"] == ["fetch"]
+        assert "citation style: APA" in result["outputs"]["draft"]["guidance"]
+        assert result["metrics"]["tool_executions"] == 3
 
 
 # --------------------------------------------------------------------------- 4. timeout

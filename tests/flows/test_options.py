@@ -1,4 +1,4 @@
-"""Prefect's task options on persona tasks: checked, merged, reaching Prefect."""
+"""Prefect's task options on persona tasks and graph nodes: checked, merged, reaching Prefect."""
 
 from __future__ import annotations
 
@@ -11,12 +11,16 @@ from typing import Any
 import pytest
 from prefect import flow
 from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 from prefect.task_engine import TaskRunTimeoutError
 
 from autopersona_flows.errors import FlowConfigurationError
 from autopersona_flows.flows import (
     DEFAULT_TASK_OPTIONS,
     NodeContext,
+    TaskGraph,
+    TaskNode,
+    persona_graph,
     persona_runtime,
     persona_task,
 )
@@ -98,6 +102,29 @@ def test_options_reach_prefect_and_a_timeout_fires(prefect_harness, kit) -> None
     assert styled.options["tags"] == ["papers", "billing"]  # with_options made a copy
 
 
+def test_node_options_reach_prefect(prefect_harness, kit) -> None:
+    graph = TaskGraph(
+        [
+            TaskNode(id="flaky", tool=kit.flaky, retries=1, retry_delay_seconds=0.2, tags=["net"]),
+            TaskNode(id="stalls", tool=kit.sleeps, depends_on=["flaky"], timeout_seconds=0.5),
+        ]
+    )
+    started = time.monotonic()
+    with persona_runtime(kit.agent, poll_interval=0.5):
+        state = persona_graph(graph=graph, user_id="ada", query="Fetch", return_state=True)
+    assert time.monotonic() - started < 20
+    with pytest.raises(TaskRunTimeoutError):
+        state.result()
+    assert kit.calls == {"flaky": 2, "stalls": 1}
+    flow_runs = FlowRunFilter(id=FlowRunFilterId(any_=[state.state_details.flow_run_id]))
+    with get_client(sync_client=True) as client:
+        runs = {run.name: run for run in client.read_task_runs(flow_run_filter=flow_runs)}
+    flaky = runs["flaky"]
+    assert flaky.tags == ["net"]
+    assert (flaky.empirical_policy.retries, flaky.empirical_policy.retry_delay) == (1, 0.2)
+    assert flaky.run_count == 2
+
+
 # --------------------------------------------------------------------------- checks
 
 
@@ -131,3 +158,8 @@ def test_options_merge_over_the_defaults(tmp_path: Path) -> None:
         "result_storage": tmp_path,
     }
     assert task.with_options(retries=4).options == task.options | {"retries": 4}
+    assert TaskNode(id="n", tool=fmt, retries=2, tags=["a"]).task_options() == {
+        "retries": 2,
+        "tags": ["a"],
+    }
+    assert TaskNode(id="n", tool=fmt).task_options() == DEFAULT_TASK_OPTIONS
