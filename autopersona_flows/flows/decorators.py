@@ -178,6 +178,14 @@ class PersonaTask(Generic[P, R]):
         _SUBMITTED.add(self._flow_run_id(), [future])
         return future
 
+    @overload
+    def map(
+        self: PersonaTask[P, Coroutine[Any, Any, T]], *args: Any, **kwargs: Any
+    ) -> PrefectFutureList[T]: ...
+
+    @overload
+    def map(self: PersonaTask[P, T], *args: Any, **kwargs: Any) -> PrefectFutureList[T]: ...
+
     def map(self, *args: Any, **kwargs: Any) -> PrefectFutureList[Any]:
         """``submit`` for each element of the iterable arguments, as Prefect's ``Task.map``.
 
