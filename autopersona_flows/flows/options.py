@@ -1,4 +1,4 @@
-"""Prefect's task options on persona tasks: which pass through, their defaults, the retry rule."""
+"""Prefect's task options on persona tasks: what passes through, the defaults, the task built."""
 
 from __future__ import annotations
 
@@ -10,17 +10,23 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypedDict, cast
 
+from prefect import Task, task
 from prefect.client.schemas.objects import State, TaskRun
 from prefect.filesystems import WritableFileSystem
 from prefect.tasks import RetryConditionCallable, StateHookCallable
+from prefect.transactions import IsolationLevel
 
 from autopersona_flows.errors import AutopersonaError, FlowConfigurationError
+from autopersona_flows.flows.cache_policies import NodeCachePolicy
+from autopersona_flows.flows.locks import step_locks
+from autopersona_flows.flows.serializers import OrjsonSerializer
 
 __all__ = [
     "DEFAULT_TASK_OPTIONS",
     "PersonaTaskOptions",
     "RetryUnlessOurs",
     "RunName",
+    "build_task",
     "check_task_options",
 ]
 
@@ -198,3 +204,67 @@ class RunName:
                     f"{where!r}: task_run_name {self.template!r} names {field!r}, which is "
                     f"not an argument of the function ({', '.join(names) or 'it takes none'})"
                 )
+
+
+_TASKS: dict[tuple[Any, ...], Task] = {}
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, set | frozenset):
+        return frozenset(value)
+    return value
+
+
+def build_task(
+    fn: Callable[..., Any],
+    kind: str,
+    name: str,
+    storage: Any,
+    options: PersonaTaskOptions,
+    *,
+    run_name: RunName | None,
+) -> Task:
+    """The Prefect task of one persona step, built once per process for each name and options.
+
+    The step's ``options`` pass through; its cache policy, persistence, serializer and
+    storage are ours (see `PersonaTaskOptions`), and its retry condition `RetryUnlessOurs`.
+    """
+    try:
+        key: tuple[Any, ...] | None = (
+            fn,
+            kind,
+            name,
+            storage,
+            run_name,
+            tuple(sorted((k, _hashable(v)) for k, v in options.items())),
+        )
+        hash(key)
+    except TypeError:  # blocks, and options holding unhashable values, are built each time
+        key = None
+    built = _TASKS.get(key) if key is not None else None
+    if built is not None:
+        return built
+    keywords: dict[str, Any] = {
+        **options,
+        "name": name,
+        "task_run_name": run_name or name,
+        # Serializable: of two runs of one episode at once, the second waits for the
+        # first's result instead of running the step too (Prefect's cache does not lock).
+        "cache_policy": NodeCachePolicy(
+            kind=kind,
+            isolation_level=IsolationLevel.SERIALIZABLE,
+            lock_manager=step_locks(storage),
+        ),
+        "persist_result": True,
+        "result_serializer": OrjsonSerializer(),
+        "result_storage": storage,
+        "retry_condition_fn": RetryUnlessOurs(options.get("retry_condition_fn")),
+    }
+    built = task(**keywords)(fn)
+    if key is not None:
+        if len(_TASKS) >= 4096:  # bound a long-lived worker running many graphs
+            _TASKS.clear()
+        _TASKS[key] = built
+    return built

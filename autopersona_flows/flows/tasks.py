@@ -19,10 +19,9 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, cast
 
-from prefect import Task, task
+from prefect import Task
 from prefect.context import FlowRunContext
 from prefect.futures import wait
-from prefect.transactions import IsolationLevel
 from prefect.utilities.annotations import opaque, quote
 
 from autopersona_flows import _json
@@ -36,18 +35,15 @@ from autopersona_flows.agent.decisions import (
 )
 from autopersona_flows.errors import FlowConfigurationError, NodeOutputError, PolicyError
 from autopersona_flows.flows.arguments import ToolArguments
-from autopersona_flows.flows.cache_policies import NodeCachePolicy
 from autopersona_flows.flows.clarification import ask, response_key
 from autopersona_flows.flows.context import AnsweredQuestion, NodeContext, PersonaRuntime
 from autopersona_flows.flows.episodes import Asking, EpisodeAnswers
-from autopersona_flows.flows.locks import step_locks
 from autopersona_flows.flows.options import (
     DEFAULT_TASK_OPTIONS,
     PersonaTaskOptions,
-    RetryUnlessOurs,
     RunName,
+    build_task,
 )
-from autopersona_flows.flows.serializers import OrjsonSerializer
 from autopersona_flows.memory.records import LAYERS, JsonValue, check_json
 
 __all__ = ["NodeSteps", "StepCounter", "episode_of", "is_async", "json_inputs", "summarise"]
@@ -124,66 +120,6 @@ async def _arun(episode_id: str, node_id: str, inputs: dict[str, Any]) -> Any:
     return await _active().arun(node_id, inputs)
 
 
-_TASKS: dict[tuple[Any, ...], Task] = {}
-
-
-def _hashable(value: Any) -> Any:
-    if isinstance(value, list | tuple):
-        return tuple(_hashable(v) for v in value)
-    if isinstance(value, set | frozenset):
-        return frozenset(value)
-    return value
-
-
-def _persona_task(
-    fn: Callable[..., Any],
-    kind: str,
-    name: str,
-    storage: Any,
-    options: PersonaTaskOptions,
-    *,
-    run_name: RunName | None,
-) -> Task:
-    """The Prefect task of one step, built once per process for each name and options."""
-    try:
-        key: tuple[Any, ...] | None = (
-            fn,
-            kind,
-            name,
-            storage,
-            run_name,
-            tuple(sorted((k, _hashable(v)) for k, v in options.items())),
-        )
-        hash(key)
-    except TypeError:  # blocks, and options holding unhashable values, are built each time
-        key = None
-    built = _TASKS.get(key) if key is not None else None
-    if built is not None:
-        return built
-    keywords: dict[str, Any] = {
-        **options,
-        "name": name,
-        "task_run_name": run_name or name,
-        # Serializable: of two runs of one episode at once, the second waits for the
-        # first's result instead of running the step too (Prefect's cache does not lock).
-        "cache_policy": NodeCachePolicy(
-            kind=kind,
-            isolation_level=IsolationLevel.SERIALIZABLE,
-            lock_manager=step_locks(storage),
-        ),
-        "persist_result": True,
-        "result_serializer": OrjsonSerializer(),
-        "result_storage": storage,
-        "retry_condition_fn": RetryUnlessOurs(options.get("retry_condition_fn")),
-    }
-    built = task(**keywords)(fn)
-    if key is not None:
-        if len(_TASKS) >= 4096:  # bound a long-lived worker running many graphs
-            _TASKS.clear()
-        _TASKS[key] = built
-    return built
-
-
 @dataclass(frozen=True)
 class _Tool:
     """A node's function, as its run task calls it.
@@ -237,7 +173,7 @@ class NodeSteps:
         run_name: RunName | None = None,
     ) -> Task:
         storage = options.get("result_storage", self.runtime.result_storage)
-        return _persona_task(fn, kind, name, storage, options, run_name=run_name)
+        return build_task(fn, kind, name, storage, options, run_name=run_name)
 
     def decide(self, inputs: dict[str, Any]) -> Any:
         """The decide task's work: the agent's decision for the request in ``inputs``.
