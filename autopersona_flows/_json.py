@@ -11,10 +11,11 @@ from typing import Any
 
 import orjson
 
-__all__ = ["JSONDecodeError", "canonical", "digest", "dumps", "loads"]
+__all__ = ["JSONDecodeError", "JSONEncodeError", "canonical", "digest", "dumps", "loads"]
 
 loads = orjson.loads
 JSONDecodeError = orjson.JSONDecodeError
+JSONEncodeError = orjson.JSONEncodeError
 
 
 def dumps(value: Any) -> bytes:

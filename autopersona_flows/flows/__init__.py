@@ -24,10 +24,17 @@ if TYPE_CHECKING:
     from autopersona_flows.flows.cache_policies import NodeCachePolicy, node_cache_key
     from autopersona_flows.flows.context import AnsweredQuestion, NodeContext, RequirementValue
     from autopersona_flows.flows.decorators import PersonaTask, persona_task
-    from autopersona_flows.flows.flow import graph_runner, persona_graph, run_persona_graph
+    from autopersona_flows.flows.flow import (
+        apersona_graph,
+        arun_persona_graph,
+        graph_runner,
+        persona_graph,
+        run_persona_graph,
+    )
     from autopersona_flows.flows.graph import GraphSpec, NodeSpec, TaskGraph, TaskNode, resolve_tool
     from autopersona_flows.flows.ingestion import ingest_history
     from autopersona_flows.flows.maintenance import memory_maintenance
+    from autopersona_flows.flows.options import DEFAULT_TASK_OPTIONS, PersonaTaskOptions
     from autopersona_flows.flows.runtime import (
         PersonaRuntime,
         persona_runtime,
@@ -50,7 +57,13 @@ else:
                 "RequirementValue",
             ),
             "autopersona_flows.flows.decorators": ("PersonaTask", "persona_task"),
-            "autopersona_flows.flows.flow": ("graph_runner", "persona_graph", "run_persona_graph"),
+            "autopersona_flows.flows.flow": (
+                "apersona_graph",
+                "arun_persona_graph",
+                "graph_runner",
+                "persona_graph",
+                "run_persona_graph",
+            ),
             "autopersona_flows.flows.graph": (
                 "GraphSpec",
                 "NodeSpec",
@@ -60,6 +73,7 @@ else:
             ),
             "autopersona_flows.flows.ingestion": ("ingest_history",),
             "autopersona_flows.flows.maintenance": ("memory_maintenance",),
+            "autopersona_flows.flows.options": ("DEFAULT_TASK_OPTIONS", "PersonaTaskOptions"),
             "autopersona_flows.flows.runtime": (
                 "PersonaRuntime",
                 "persona_runtime",
@@ -70,6 +84,7 @@ else:
     )
 
 __all__ = [
+    "DEFAULT_TASK_OPTIONS",
     "AnsweredQuestion",
     "AutopersonaSettings",
     "GraphSpec",
@@ -80,10 +95,13 @@ __all__ = [
     "PendingClarification",
     "PersonaRuntime",
     "PersonaTask",
+    "PersonaTaskOptions",
     "RequirementValue",
     "TaskGraph",
     "TaskNode",
     "answer_clarification",
+    "apersona_graph",
+    "arun_persona_graph",
     "graph_runner",
     "ingest_history",
     "memory_maintenance",

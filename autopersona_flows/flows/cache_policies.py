@@ -51,5 +51,15 @@ class NodeCachePolicy(CachePolicy):
         flow_parameters: dict[str, Any],
         **kwargs: Any,
     ) -> str | None:
-        """Compute the key from the task's ``episode_id``, ``node_id`` and ``inputs``."""
-        return node_cache_key(self.kind, inputs["episode_id"], inputs["node_id"], inputs["inputs"])
+        """Compute the key from the task's ``episode_id``, ``node_id`` and ``inputs``.
+
+        None (nothing cached) if the inputs are not JSON: a future among a persona
+        task's arguments resolved to something else, which its run task refuses,
+        naming the argument, before the function runs.
+        """
+        try:
+            return node_cache_key(
+                self.kind, inputs["episode_id"], inputs["node_id"], inputs["inputs"]
+            )
+        except _json.JSONEncodeError:
+            return None

@@ -20,6 +20,7 @@ from pydantic import Field, ValidationError, create_model
 from autopersona_flows import _json
 from autopersona_flows.agent.decisions import ClarifyDecision
 from autopersona_flows.errors import ClarificationTimeoutError
+from autopersona_flows.flows._sync import blocking
 from autopersona_flows.flows.runtime import PersonaRuntime
 
 __all__ = [
@@ -153,14 +154,20 @@ def ask(node_id: str, decision: ClarifyDecision, runtime: PersonaRuntime) -> str
         and context.flow_run is not None
         and key in (context.flow_run.empirical_policy.pause_keys or set())
     )
+    # The sync implementations, also in an async flow: this runs in its body or in a
+    # worker thread of it, never as a coroutine.
     if not fired:  # a resumed run passes here again; its question is already shown
-        create_markdown_artifact(markdown=markdown, key=key, description=decision.question)
+        blocking(create_markdown_artifact)(
+            markdown=markdown, key=key, description=decision.question
+        )
     form = clarification_form(decision).with_initial_data(description=markdown)
     try:
         if suspend:
-            answer = suspend_flow_run(wait_for_input=form, timeout=runtime.pause_timeout, key=key)
+            answer = blocking(suspend_flow_run)(
+                wait_for_input=form, timeout=runtime.pause_timeout, key=key
+            )
         else:
-            answer = pause_flow_run(
+            answer = blocking(pause_flow_run)(
                 wait_for_input=form,
                 timeout=runtime.pause_timeout,
                 # Prefect types it int, but only sleeps for it: a float works.
@@ -172,4 +179,4 @@ def ask(node_id: str, decision: ClarifyDecision, runtime: PersonaRuntime) -> str
             f"nobody answered {decision.question!r} (step {node_id!r}) within "
             f"{runtime.pause_timeout} s"
         ) from None
-    return str(answer.answer)
+    return str(getattr(answer, "answer"))  # noqa: B009 - a field of the form built above

@@ -7,21 +7,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from autopersona_flows.agent.decisions import ClarifyDecision, Constraint, FinalDecision, NodeInfo
-
-# Re-exported only for flows/decorators.py, flow.py and tasks.py, which import them from
-# here and are being rewritten; they live in flows/runtime.py. Drop this with that rewrite.
-from autopersona_flows.flows.runtime import PersonaRuntime, current_runtime, persona_runtime
 from autopersona_flows.memory.records import JsonValue
 from autopersona_flows.memory.retrieval import MemoryBundle
 
-__all__ = [
-    "AnsweredQuestion",
-    "NodeContext",
-    "PersonaRuntime",
-    "RequirementValue",
-    "current_runtime",
-    "persona_runtime",
-]
+__all__ = ["AnsweredQuestion", "NodeContext", "RequirementValue"]
 
 
 class AnsweredQuestion(BaseModel):

@@ -1,42 +1,101 @@
-"""``@persona_task``: the persona pre-hook for functions in any ``@flow``."""
+"""``@persona_task``: a Prefect task with the persona pre-hook, for functions in any ``@flow``."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
-from collections.abc import Callable, Sequence
-from typing import Generic, ParamSpec, TypeVar, overload
+import threading
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, Unpack, cast, overload
+from uuid import UUID
 
-from autopersona_flows.agent.decisions import NodeInfo, Requirement
+from prefect.context import FlowRunContext
+from prefect.futures import PrefectFuture, PrefectFutureList
+
+from autopersona_flows.agent.decisions import (
+    ClarifyDecision,
+    FinalDecision,
+    NodeInfo,
+    Requirement,
+)
 from autopersona_flows.errors import FlowConfigurationError
-from autopersona_flows.flows.context import current_runtime
+from autopersona_flows.flows.arguments import ToolArguments
+from autopersona_flows.flows.context import AnsweredQuestion, NodeContext
 from autopersona_flows.flows.graph import TaskNode
-from autopersona_flows.flows.tasks import NodeSteps, StepCounter, episode_of, json_inputs
+from autopersona_flows.flows.options import (
+    DEFAULT_TASK_OPTIONS,
+    PersonaTaskOptions,
+    RunName,
+    check_task_options,
+)
+from autopersona_flows.flows.runtime import current_runtime
+from autopersona_flows.flows.tasks import NodeSteps, StepCounter, episode_of, is_async
 
 __all__ = ["PersonaTask", "persona_task"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
+T = TypeVar("T")
+
+
+class _Submitted:
+    """The persona runs each flow run submitted and has not seen finish.
+
+    A question waits for them before it pauses or suspends (see `NodeSteps.prepare`),
+    so a suspended run loses no work in flight.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._runs: dict[UUID, list[PrefectFuture[Any]]] = {}
+
+    def add(self, flow_run_id: UUID, futures: Sequence[PrefectFuture[Any]]) -> None:
+        with self._lock:
+            for run_id in list(self._runs):  # forget what finished, and runs long over
+                self._runs[run_id] = [f for f in self._runs[run_id] if not _done(f)]
+                if not self._runs[run_id] and run_id != flow_run_id:
+                    del self._runs[run_id]
+            self._runs.setdefault(flow_run_id, []).extend(futures)
+
+    def of(self, flow_run_id: UUID) -> list[PrefectFuture[Any]]:
+        with self._lock:
+            return list(self._runs.get(flow_run_id, ()))
+
+
+def _done(future: PrefectFuture[Any]) -> bool:
+    wrapped = getattr(future, "wrapped_future", None)  # a thread's or Dask's future
+    return wrapped is None or bool(wrapped.done())
+
+
+_SUBMITTED = _Submitted()
 
 
 class PersonaTask(Generic[P, R]):
-    """A function that consults the PersonaAgent each time a flow calls it.
+    """A function that consults the PersonaAgent each time a flow runs it, as a Prefect task.
 
-    Calling it inside a ``@flow`` (within `persona_runtime`) decides first, as its
-    own cached task; asks the person and learns the answer when something required
-    is missing; then runs the function as a Prefect task named after it, passing a
-    `NodeContext` as the first argument. Arguments must be JSON values: they are
-    part of the cache key, so a resumed run gets the result back instead of
-    calling the function again.
+    Called, submitted or mapped inside a ``@flow`` (within `persona_runtime`), it
+    first runs the pre-hook in the flow body, where a question may pause or
+    suspend the run: the agent decides (as its own cached task), and while
+    something required is missing it asks the person and learns the answer. Then
+    the function runs as a Prefect task named after it, given a `NodeContext`
+    first. Its result is cached by episode, node and arguments, so a resumed or
+    replayed run gets it back instead of calling the function again.
+
+    It behaves like a Prefect task: an ``async def`` function gives a coroutine to
+    await (an async task); ``.submit()`` returns a `PrefectFuture`, ``.map()`` a
+    `PrefectFutureList`; futures and states among the arguments are resolved as
+    Prefect resolves a task's parameters, and what they resolve to must be JSON
+    like every other argument.
     """
 
     def __init__(
         self,
-        fn: Callable[..., R],
+        fn: Callable[Concatenate[NodeContext, P], R],
         *,
         requires: Sequence[Requirement] = (),
         name: str | None = None,
         instruction: str | None = None,
-        retries: int = 0,
+        options: PersonaTaskOptions | None = None,
     ) -> None:
         # Validates the name and requirements exactly as a graph node would.
         self.node = TaskNode(
@@ -44,58 +103,168 @@ class PersonaTask(Generic[P, R]):
             instruction=instruction or (fn.__doc__ or "").strip().split("\n")[0],
             tool=fn,
             requires=list(requires),
-            retries=retries,
         )
         self.fn = fn
+        self.options: PersonaTaskOptions = DEFAULT_TASK_OPTIONS | check_task_options(
+            options or {}, self.node.id
+        )
+        self.arguments = ToolArguments(fn, self.node.id)
+        self.isasync = is_async(fn)
+        RunName(self.node.id, self.options.get("task_run_name")).check(
+            self.arguments.names, self.node.id
+        )
         functools.update_wrapper(self, fn)
 
     def __repr__(self) -> str:
         return f"PersonaTask({self.node.id!r}, requires={[r.name for r in self.node.requires]})"
 
+    def with_options(
+        self,
+        *,
+        name: str | None = None,
+        requires: Sequence[Requirement] | None = None,
+        instruction: str | None = None,
+        **options: Unpack[PersonaTaskOptions],
+    ) -> PersonaTask[P, R]:
+        """A copy with other options, merged over this one's (as Prefect's ``with_options``)."""
+        return PersonaTask(
+            self.fn,
+            requires=self.node.requires if requires is None else requires,
+            name=name or self.node.id,
+            instruction=instruction or self.node.instruction,
+            options=self.options | options,
+        )
+
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        """Consult the agent, ask if needed, then run the function as a Prefect task."""
+        """Run the pre-hook, then the function as a Prefect task; return its result.
+
+        For an ``async def`` function, a coroutine that does this when awaited.
+        """
+        steps = self._steps()
+        arguments = self.arguments.bind(args, kwargs)
+        self.arguments.check(arguments, resolved=False)
+        run = self._run_task(steps)
+        if self.isasync:
+            return cast(R, self._acall(steps, run, arguments))
+        with steps.active():
+            return cast(R, run(**self._prepare(steps, arguments)))
+
+    async def _acall(self, steps: NodeSteps, run: Any, arguments: dict[str, Any]) -> Any:
+        with steps.active():
+            # The pre-hook is sync (Prefect tasks and a pause that polls): in a worker
+            # thread, so the flow's event loop goes on with other coroutines meanwhile.
+            parameters = await asyncio.to_thread(self._prepare, steps, arguments)
+            return await run(**parameters)
+
+    @overload
+    def submit(
+        self: PersonaTask[P, Coroutine[Any, Any, T]], *args: P.args, **kwargs: P.kwargs
+    ) -> PrefectFuture[T]: ...
+
+    @overload
+    def submit(self: PersonaTask[P, T], *args: P.args, **kwargs: P.kwargs) -> PrefectFuture[T]: ...
+
+    def submit(self, *args: Any, **kwargs: Any) -> PrefectFuture[Any]:
+        """Run the pre-hook here, then submit the function to the flow's task runner.
+
+        As Prefect's ``Task.submit``, it is sync for ``async def`` functions too, and
+        the future's result is the function's result.
+        """
+        steps = self._steps()
+        arguments = self.arguments.bind(args, kwargs)
+        self.arguments.check(arguments, resolved=False)
+        run = self._run_task(steps)
+        with steps.active():
+            future: PrefectFuture[Any] = run.submit(**self._prepare(steps, arguments))
+        _SUBMITTED.add(self._flow_run_id(), [future])
+        return future
+
+    @overload
+    def map(
+        self: PersonaTask[P, Coroutine[Any, Any, T]], *args: Any, **kwargs: Any
+    ) -> PrefectFutureList[T]: ...
+
+    @overload
+    def map(self: PersonaTask[P, T], *args: Any, **kwargs: Any) -> PrefectFutureList[T]: ...
+
+    def map(self, *args: Any, **kwargs: Any) -> PrefectFutureList[Any]:
+        """``submit`` for each element of the iterable arguments, as Prefect's ``Task.map``.
+
+        Iterables are mapped over; other values and those wrapped in
+        ``prefect.unmapped`` are the same for every element. Each element runs the
+        pre-hook and the function in steps of its own, keyed by its index, so each
+        is cached (and replayed) on its own.
+        """
+        steps = self._steps()
+        elements = self.arguments.expand(args, kwargs)
+        for arguments in elements:  # all checked before any runs
+            self.arguments.check(arguments, resolved=False)
+        run = self._run_task(steps)
+        futures: list[PrefectFuture[Any]] = []
+        run_id = self._flow_run_id()
+        with steps.active():
+            for index, arguments in enumerate(elements):
+                futures.append(run.submit(**self._prepare(steps, arguments, index)))
+                _SUBMITTED.add(run_id, futures[-1:])  # an element's question waits for it
+        # Built as Prefect builds it; its Iterator base declares a __next__ it never has.
+        return PrefectFutureList(futures)  # type: ignore[abstract]  # see above
+
+    def _steps(self) -> NodeSteps:
         runtime = current_runtime()
         if runtime.user_id is None:
             raise FlowConfigurationError(
                 f"{self.node.id!r} needs a user: use `with persona_runtime(agent, user_id=...)`"
             )
-        arguments = json_inputs(
-            {"args": list(args), "kwargs": kwargs}, f"the arguments of {self.node.id!r}"
-        )
-        steps = NodeSteps(runtime, episode_of(runtime, None), StepCounter())
+        return NodeSteps(runtime, episode_of(runtime, None), StepCounter())
+
+    def _run_task(self, steps: NodeSteps) -> Any:
+        return steps.run_task(self.node.id, self.fn, self.options, self.arguments)
+
+    @staticmethod
+    def _flow_run_id() -> UUID:
+        context = FlowRunContext.get()
+        if context is None or context.flow_run is None:
+            raise FlowConfigurationError("persona tasks must be called inside a Prefect flow")
+        return context.flow_run.id
+
+    def _prepare(
+        self, steps: NodeSteps, arguments: dict[str, Any], element: int | None = None
+    ) -> dict[str, Any]:
+        """The pre-hook (in the flow body); returns the run task's parameters."""
+        runtime = steps.runtime
+        assert runtime.user_id is not None  # _steps checked it
         info = NodeInfo(id=self.node.id, instruction=self.node.instruction)
-        with steps.active():
-            decision, answers = None, []
-            if steps.may_ask(self.node.requires):
-                decision, answers = steps.prepare(
-                    info,
-                    requirements=self.node.requires,
-                    user_id=runtime.user_id,
-                    query=runtime.query,
-                    tools=[],
-                    in_flight=[],
-                )
-            run = steps.run_task(self.node.id, self.fn, retries=self.node.retries)
-            result = run(
-                episode_id=steps.episode_id,
-                node_id=self.node.id,
-                inputs=steps.run_inputs(
-                    info,
-                    user_id=runtime.user_id,
-                    query=runtime.query,
-                    requirements=self.node.requires,
-                    decision=decision,
-                    answers=answers,
-                    inputs={},
-                    tools=[],
-                    **arguments,
-                ),
+        decision: FinalDecision | ClarifyDecision | None = None
+        answers: list[AnsweredQuestion] = []
+        if steps.may_ask(self.node.requires):
+            decision, answers = steps.prepare(
+                info,
+                requirements=self.node.requires,
+                user_id=runtime.user_id,
+                query=runtime.query,
+                tools=[],
+                in_flight=_SUBMITTED.of(self._flow_run_id()),
+                element=element,
             )
-        return result["output"]
+        extra: dict[str, Any] = {"arguments": arguments}
+        if element is not None:
+            extra["element"] = element
+        inputs = steps.run_inputs(
+            info,
+            user_id=runtime.user_id,
+            query=runtime.query,
+            requirements=self.node.requires,
+            decision=decision,
+            answers=answers,
+            inputs={},
+            tools=[],
+            **extra,
+        )
+        return {"episode_id": steps.episode_id, "node_id": self.node.id, "inputs": inputs}
 
 
 @overload
-def persona_task(fn: Callable[..., R], /) -> PersonaTask[..., R]: ...
+def persona_task(fn: Callable[Concatenate[NodeContext, P], R], /) -> PersonaTask[P, R]: ...
 
 
 @overload
@@ -104,39 +273,53 @@ def persona_task(
     requires: Sequence[Requirement] = (),
     name: str | None = None,
     instruction: str | None = None,
-    retries: int = 0,
-) -> Callable[[Callable[..., R]], PersonaTask[..., R]]: ...
+    **options: Unpack[PersonaTaskOptions],
+) -> Callable[[Callable[Concatenate[NodeContext, P], R]], PersonaTask[P, R]]: ...
 
 
 def persona_task(
-    fn: Callable[..., R] | None = None,
+    fn: Callable[Concatenate[NodeContext, P], R] | None = None,
     /,
     *,
     requires: Sequence[Requirement] = (),
     name: str | None = None,
     instruction: str | None = None,
-    retries: int = 0,
-) -> PersonaTask[..., R] | Callable[[Callable[..., R]], PersonaTask[..., R]]:
+    **options: Unpack[PersonaTaskOptions],
+) -> PersonaTask[P, R] | Callable[[Callable[Concatenate[NodeContext, P], R]], PersonaTask[P, R]]:
     """Turn ``fn(context, *args, **kwargs)`` into a persona-aware Prefect task.
 
     ::
 
-        @persona_task(requires=[Requirement("citation style", options=["APA", "MLA"])])
-        def format_references(context: NodeContext, references: list[str]) -> str: ...
+        @persona_task(
+            requires=[Requirement("citation style", options=["APA", "MLA"])],
+            retries=2, retry_delay_seconds=5, timeout_seconds=60, tags=["papers"],
+        )
+        async def format_references(context: NodeContext, references: list[str]) -> str: ...
 
         @flow
-        def write_paper(user_id: str) -> str:
+        async def write_paper(user_id: str) -> str:
             with persona_runtime(agent, user_id=user_id, query="Write my paper"):
-                return format_references(["Knuth 1984"])
+                return await format_references(["Knuth 1984"])
 
     Args:
-        fn: The function; its first parameter receives the `NodeContext`.
+        fn: The function, sync or ``async def``; its first parameter receives the
+            `NodeContext`.
         requires: What it must know about the person before it runs.
         name: The task's name (also its node id); the function's name by default.
         instruction: What it does, for the agent; the docstring's first line by default.
-        retries: How often Prefect retries it when it raises.
+        **options: Prefect's task options (`PersonaTaskOptions`): ``retries``,
+            ``retry_delay_seconds``, ``timeout_seconds``, ``tags``, ``log_prints``,
+            ``task_run_name``, ``cache_expiration``, ``result_storage``, … merged over
+            `DEFAULT_TASK_OPTIONS`.
+
+    Raises:
+        FlowConfigurationError: For an option persona tasks set themselves (such as
+            ``cache_policy``), an unknown one, or a ``task_run_name`` naming no argument.
     """
-    options = {"requires": requires, "name": name, "instruction": instruction, "retries": retries}
-    if fn is None:
-        return lambda function: PersonaTask(function, **options)
-    return PersonaTask(fn, **options)
+
+    def build(function: Callable[Concatenate[NodeContext, P], R]) -> PersonaTask[P, R]:
+        return PersonaTask(
+            function, requires=requires, name=name, instruction=instruction, options=options
+        )
+
+    return build if fn is None else build(fn)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 from uuid import UUID
 
 from prefect.filesystems import LocalFileSystem, WritableFileSystem
@@ -11,6 +11,7 @@ from prefect.results import ResultStore, get_default_result_storage
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 from autopersona_flows.agent.decisions import ClarifyDecision
+from autopersona_flows.flows._sync import blocking
 from autopersona_flows.flows.cache_policies import node_cache_key
 from autopersona_flows.flows.clarification import answer_given
 from autopersona_flows.flows.serializers import OrjsonSerializer
@@ -53,12 +54,8 @@ class EpisodeAnswers:
     def __init__(self, storage: Path | WritableFileSystem | None, episode_id: str) -> None:
         if isinstance(storage, Path):
             storage = LocalFileSystem(basepath=str(storage))
-        if storage is None:
-            # Built in sync tasks only, where Prefect's async_dispatch runs the sync variant:
-            # a file system, not the coroutine its annotation also allows.
-            storage = cast("WritableFileSystem", get_default_result_storage())
         self._store = ResultStore(
-            result_storage=storage,
+            result_storage=storage or blocking(get_default_result_storage)(),
             serializer=OrjsonSerializer(),
         )
         self.episode_id = episode_id

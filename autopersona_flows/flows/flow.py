@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
@@ -15,13 +16,21 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from autopersona_flows.agent.agent import PersonaAgent
 from autopersona_flows.agent.decisions import NodeInfo
 from autopersona_flows.errors import FlowConfigurationError, GraphError
-from autopersona_flows.flows.context import AnsweredQuestion, current_runtime, persona_runtime
+from autopersona_flows.flows._sync import blocking
+from autopersona_flows.flows.context import AnsweredQuestion
 from autopersona_flows.flows.graph import GraphSpec, TaskGraph, resolve_tool
+from autopersona_flows.flows.runtime import current_runtime, persona_runtime
 from autopersona_flows.flows.settings import load_settings
 from autopersona_flows.flows.tasks import NodeSteps, StepCounter, episode_of
 from autopersona_flows.memory.users import check_user_id
 
-__all__ = ["graph_runner", "persona_graph", "run_persona_graph"]
+__all__ = [
+    "apersona_graph",
+    "arun_persona_graph",
+    "graph_runner",
+    "persona_graph",
+    "run_persona_graph",
+]
 
 
 @flow(name="persona-graph", validate_parameters=False)
@@ -47,6 +56,28 @@ def persona_graph(
         ``outputs`` per node, the ``decisions`` taken, and run ``metrics``.
     """
     return _run_graph(graph, user_id, query, episode_id)
+
+
+@flow(name="persona-graph-async", validate_parameters=False)
+async def apersona_graph(
+    graph: TaskGraph, user_id: str, query: str, episode_id: str | None = None
+) -> dict[str, Any]:
+    """`persona_graph` as an async flow, for async code (and without a sync flow's ~1 s end).
+
+    The same body, run in a worker thread: it waits for run tasks and may pause for
+    an answer, and the event loop stays free meanwhile. Tools may be sync or
+    ``async def`` in either flow.
+
+    Args:
+        graph: The task graph.
+        user_id: Whose memory to consult.
+        query: The user's request.
+        episode_id: See `persona_graph`.
+
+    Returns:
+        As `persona_graph`.
+    """
+    return await asyncio.to_thread(_run_graph, graph, user_id, query, episode_id)
 
 
 @flow(name="persona-graph-runner")
@@ -126,7 +157,7 @@ def _run_graph(
                     tools=tools,
                     in_flight=list(futures.values()),
                 )
-            run = steps.run_task(node.id, tools_by_node[node_id], retries=node.retries)
+            run = steps.run_task(node.id, tools_by_node[node_id], node.task_options())
             inputs = {dependency: futures[dependency] for dependency in node.depends_on}
             futures[node_id] = run.submit(
                 episode_id=steps.episode_id,
@@ -163,7 +194,7 @@ def _run_graph(
 
 
 def _decision_table(decisions: dict[str, dict[str, Any]]) -> None:
-    create_table_artifact(
+    blocking(create_table_artifact)(  # sync in `apersona_graph` too: a worker thread
         key="persona-decisions",
         table=[
             {
@@ -204,3 +235,28 @@ def run_persona_graph(
     """
     with persona_runtime(agent, **options):
         return persona_graph(graph=graph, user_id=user_id, query=query, episode_id=episode_id)
+
+
+async def arun_persona_graph(
+    graph: TaskGraph,
+    user_id: str,
+    query: str,
+    *,
+    episode_id: str | None = None,
+    agent: PersonaAgent | None = None,
+    **options: Any,
+) -> dict[str, Any]:
+    """`run_persona_graph` as a coroutine: runs the graph as the async flow `apersona_graph`.
+
+    Args:
+        graph: The task graph.
+        user_id: Whose memory to consult.
+        query: The user's request.
+        episode_id: See `persona_graph`.
+        agent: See `run_persona_graph`.
+        **options: See `run_persona_graph`.
+    """
+    with persona_runtime(agent, **options):
+        return await apersona_graph(
+            graph=graph, user_id=user_id, query=query, episode_id=episode_id
+        )

@@ -12,6 +12,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 from autopersona_flows.agent.decisions import Requirement
 from autopersona_flows.errors import GraphError
+from autopersona_flows.flows.options import DEFAULT_TASK_OPTIONS, PersonaTaskOptions
 
 __all__ = ["GraphSpec", "NodeSpec", "TaskGraph", "TaskNode", "resolve_tool"]
 
@@ -22,6 +23,7 @@ _NODE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _IMPORT_PATH = re.compile(rf"^{_NAME}(?:\.{_NAME})*:{_NAME}$")
 _ATTRIBUTE_PATH = re.compile(rf"^{_NAME}(?:\.{_NAME})*:{_NAME}(?:\.{_NAME})+$")
+_Seconds = Annotated[float, Field(ge=0)]
 
 
 def _node_id(value: str) -> str:
@@ -115,6 +117,12 @@ class TaskNode(BaseModel):
         depends_on: Ids of the nodes whose outputs this one needs.
         requires: What the step must know about the person before it runs.
         retries: How often Prefect retries the tool when it raises.
+        retry_delay_seconds: Seconds to wait before each retry (one number, or one per
+            retry); Prefect's default if None.
+        timeout_seconds: Fails the step after this long. Reliable for an ``async def``
+            tool; a sync one (in a worker thread) is stopped only after a blocking call
+            returns.
+        tags: Prefect tags of the step's run task (tag concurrency limits apply).
     """
 
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
@@ -125,6 +133,9 @@ class TaskNode(BaseModel):
     depends_on: list[str] = Field(default_factory=list)
     requires: list[Requirement] = Field(default_factory=list)
     retries: Annotated[int, Field(ge=0)] = 0
+    retry_delay_seconds: _Seconds | Annotated[list[_Seconds], Field(max_length=50)] | None = None
+    timeout_seconds: Annotated[float, Field(gt=0)] | None = None
+    tags: list[str] = Field(default_factory=list)
 
     @field_validator("depends_on")
     @classmethod
@@ -132,6 +143,17 @@ class TaskNode(BaseModel):
         if len(set(depends_on)) != len(depends_on):
             raise ValueError(f"depends_on repeats a node: {depends_on}")
         return depends_on
+
+    def task_options(self) -> PersonaTaskOptions:
+        """The Prefect options of the node's run task."""
+        options: PersonaTaskOptions = {"retries": self.retries}
+        if self.retry_delay_seconds is not None:
+            options["retry_delay_seconds"] = self.retry_delay_seconds
+        if self.timeout_seconds is not None:
+            options["timeout_seconds"] = self.timeout_seconds
+        if self.tags:
+            options["tags"] = self.tags
+        return DEFAULT_TASK_OPTIONS | options
 
 
 class NodeSpec(TaskNode):

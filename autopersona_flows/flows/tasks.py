@@ -4,22 +4,24 @@ A node the agent may ask about is decided in its own task in the flow body (wher
 question can suspend the run); any other node is decided inside its run task. Every
 task is visible in the UI and cached under `NodeCachePolicy`, so a resumed or
 replayed run gets each completed step back from the result store instead of
-running it again.
+running it again. A tool may be ``async def``: its run task is then a Prefect async
+task that awaits it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import inspect
 import threading
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, cast
 
-from prefect import Task, task
+from prefect import Task
 from prefect.context import FlowRunContext
 from prefect.futures import wait
-from prefect.transactions import IsolationLevel
 from prefect.utilities.annotations import opaque, quote
 
 from autopersona_flows import _json
@@ -31,23 +33,25 @@ from autopersona_flows.agent.decisions import (
     Requirement,
     parse_decision,
 )
-from autopersona_flows.errors import (
-    AutopersonaError,
-    FlowConfigurationError,
-    NodeOutputError,
-    PolicyError,
-)
-from autopersona_flows.flows.cache_policies import NodeCachePolicy
+from autopersona_flows.errors import FlowConfigurationError, NodeOutputError, PolicyError
+from autopersona_flows.flows.arguments import ToolArguments
 from autopersona_flows.flows.clarification import ask, response_key
-from autopersona_flows.flows.context import AnsweredQuestion, NodeContext, PersonaRuntime
+from autopersona_flows.flows.context import AnsweredQuestion, NodeContext
 from autopersona_flows.flows.episodes import Asking, EpisodeAnswers
-from autopersona_flows.flows.locks import step_locks
-from autopersona_flows.flows.serializers import OrjsonSerializer
+from autopersona_flows.flows.options import (
+    DEFAULT_TASK_OPTIONS,
+    PersonaTaskOptions,
+    RunName,
+    build_task,
+)
+from autopersona_flows.flows.runtime import PersonaRuntime
 from autopersona_flows.memory.records import LAYERS, JsonValue, check_json
 
-__all__ = ["NodeSteps", "StepCounter", "episode_of", "json_inputs", "summarise"]
+__all__ = ["NodeSteps", "StepCounter", "episode_of", "is_async", "json_inputs", "summarise"]
 
-_EMBEDDINGS = {"memories": {layer: {"__all__": {"record": {"embedding"}}} for layer in LAYERS}}
+_EMBEDDINGS: dict[str, Any] = {
+    "memories": {layer: {"__all__": {"record": {"embedding"}}} for layer in LAYERS}
+}
 
 
 class StepCounter:
@@ -63,21 +67,6 @@ class StepCounter:
         """Count one more ``name``."""
         with self._lock:
             setattr(self, name, getattr(self, name) + 1)
-
-
-def _retry_unless_ours(task: Any, task_run: Any, state: Any) -> bool:
-    """Retry a tool's own failures, never the library's.
-
-    Ours (a non-JSON output, a bad configuration) would fail again the same way,
-    and each attempt would repeat the tool's side effects.
-    """
-    try:
-        state.result()
-    except AutopersonaError:
-        return False
-    except Exception:  # any other failure is the tool's: retry it
-        return True
-    return True
 
 
 def episode_of(runtime: PersonaRuntime, episode_id: str | None) -> str:
@@ -128,38 +117,30 @@ def _run(episode_id: str, node_id: str, inputs: dict[str, Any]) -> Any:
     return _active().run(node_id, inputs)
 
 
-_TASKS: dict[tuple[Any, ...], Task] = {}
+async def _arun(episode_id: str, node_id: str, inputs: dict[str, Any]) -> Any:
+    return await _active().arun(node_id, inputs)
 
 
-def _persona_task(fn: Callable[..., Any], kind: str, name: str, retries: int, storage: Any) -> Task:
-    """The Prefect task of one step, built once per process for each name and options."""
-    key = (fn, kind, name, retries, storage)
-    cacheable = storage is None or isinstance(storage, Path)  # blocks are not hashable
-    built = _TASKS.get(key) if cacheable else None
-    if built is not None:
-        return built
-    built = task(
-        fn,
-        retry_condition_fn=_retry_unless_ours,
-        name=name,
-        task_run_name=name,
-        # Serializable: of two runs of one episode at once, the second waits for the
-        # first's result instead of running the step too (Prefect's cache does not lock).
-        cache_policy=NodeCachePolicy(
-            kind=kind,
-            isolation_level=IsolationLevel.SERIALIZABLE,
-            lock_manager=step_locks(storage),
-        ),
-        persist_result=True,
-        result_serializer=OrjsonSerializer(),
-        result_storage=storage,
-        retries=retries,
+@dataclass(frozen=True)
+class _Tool:
+    """A node's function, as its run task calls it.
+
+    Attributes:
+        fn: The function (sync or ``async def``).
+        arguments: A `persona_task`'s arguments, whose run returns the output alone;
+            None for a graph node's tool, called with its context only, whose run
+            also returns a summary of its decision.
+    """
+
+    fn: Callable[..., Any]
+    arguments: ToolArguments | None = None
+
+
+def is_async(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` is an ``async def`` function (or a callable whose ``__call__`` is)."""
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - the method, not whether it is callable
     )
-    if cacheable:
-        if len(_TASKS) >= 4096:  # bound a long-lived worker running many graphs
-            _TASKS.clear()
-        _TASKS[key] = built
-    return built
 
 
 class NodeSteps:
@@ -172,7 +153,7 @@ class NodeSteps:
         self.runtime = runtime
         self.episode_id = episode_id
         self.counter = counter
-        self._tools: dict[str, Callable[..., Any]] = {}
+        self._tools: dict[str, _Tool] = {}
         self._learning: dict[str, ClarifyDecision] = {}
 
     @contextlib.contextmanager
@@ -184,18 +165,26 @@ class NodeSteps:
         finally:
             _ACTIVE.reset(token)
 
-    def _task(self, fn: Callable[..., Any], kind: str, name: str, retries: int = 0) -> Task:
-        return _persona_task(fn, kind, name, retries, self.runtime.result_storage)
+    def _task(
+        self,
+        fn: Callable[..., Any],
+        kind: str,
+        name: str,
+        options: PersonaTaskOptions = DEFAULT_TASK_OPTIONS,
+        run_name: RunName | None = None,
+    ) -> Task:
+        storage = options.get("result_storage", self.runtime.result_storage)
+        return build_task(fn, kind, name, storage, options, run_name=run_name)
 
     def decide(self, inputs: dict[str, Any]) -> Any:
         """The decide task's work: the agent's decision for the request in ``inputs``.
 
-        ``inputs`` may carry the ``answered`` questions of earlier rounds: they are
-        in memory by now and only key the step.
+        ``inputs`` may carry the ``answered`` questions of earlier rounds (in memory
+        by now) and the ``element`` of a ``.map()``: they only key the step.
         """
         self.counter.add("decisions")
         request = PersonaRequest.model_validate_json(
-            _json.dumps({k: v for k, v in inputs.items() if k != "answered"})
+            _json.dumps({k: v for k, v in inputs.items() if k not in ("answered", "element")})
         )
         decision = self.runtime.agent.decide(request)
         # Embeddings would only weigh down every stored result and cache key.
@@ -219,13 +208,16 @@ class NodeSteps:
         query: str,
         tools: list[str],
         in_flight: list[Any],
+        element: int | None = None,
     ) -> tuple[FinalDecision | ClarifyDecision, list[AnsweredQuestion]]:
         """The pre-hook: decide, and while the decision is a question, ask, learn, decide again.
 
         Each round is its own cached step, keyed by the answers given before it, so
         a replay rebuilds every round from the cache and the kept answers and asks
         nothing again. A question already answered at this node is not asked
-        twice: the node then runs with the answers it has.
+        twice: the node then runs with the answers it has. Each ``element`` of a
+        ``.map()`` decides in steps of its own (the index is in their keys); an
+        answer one element got is in memory when the next decides.
 
         Returns:
             The decision the node runs with, and the questions answered before it.
@@ -243,11 +235,15 @@ class NodeSteps:
                 additional_tools=tools,
             ).model_dump_json()
         )
+        if element is not None:
+            request["element"] = element
         answered: list[AnsweredQuestion] = []
         while True:
             suffix = f"-{len(answered) + 1}" if answered else ""
             given = [a.model_dump(mode="json") for a in answered]
-            raw = self._task(_decide, "decide", f"decide-{node.id}{suffix}")(
+            name = f"decide-{node.id}{suffix}"
+            run_name = None if element is None else RunName(name)
+            raw = self._task(_decide, "decide", name, run_name=run_name)(
                 episode_id=self.episode_id,
                 node_id=node.id,
                 inputs={**request, "answered": given} if answered else request,
@@ -265,10 +261,13 @@ class NodeSteps:
                 )
             answer = self._answer(node.id, user_id, decision, in_flight)
             self._learning[node.id] = decision
-            learned = self._task(_learn, "learn", f"learn-{node.id}{suffix}")(
-                episode_id=self.episode_id,
-                node_id=node.id,
-                inputs={"question": decision.question, "answer": answer, "user_id": user_id},
+            learned: dict[str, Any] = cast(  # a sync task's result, not a coroutine
+                dict[str, Any],
+                self._task(_learn, "learn", f"learn-{node.id}{suffix}")(
+                    episode_id=self.episode_id,
+                    node_id=node.id,
+                    inputs={"question": decision.question, "answer": answer, "user_id": user_id},
+                ),
             )
             answered.append(
                 AnsweredQuestion(
@@ -319,19 +318,72 @@ class NodeSteps:
             getattr(policy, "asks_without_requirements", True)
         )
 
-    def run_task(self, node_id: str, tool: Callable[..., Any], retries: int = 0) -> Task:
-        """The task that runs the node's tool with its `NodeContext` (see `run`)."""
-        self._tools[node_id] = tool
-        return self._task(_run, "run", node_id, retries=retries)
+    def run_task(
+        self,
+        node_id: str,
+        tool: Callable[..., Any],
+        options: PersonaTaskOptions = DEFAULT_TASK_OPTIONS,
+        arguments: ToolArguments | None = None,
+    ) -> Task:
+        """The task that runs the node's tool with its `NodeContext` (see `run`).
+
+        Args:
+            node_id: The node.
+            tool: Its tool; an ``async def`` one gets an async task, which awaits it.
+            options: The task's Prefect options.
+            arguments: A `persona_task`'s arguments (see `_Tool`); None for a graph node.
+        """
+        self._tools[node_id] = _Tool(tool, arguments)
+        run_name = RunName(node_id, options.get("task_run_name"))
+        return self._task(_arun if is_async(tool) else _run, "run", node_id, options, run_name)
 
     def run(self, node_id: str, inputs: dict[str, Any]) -> Any:
         """The run task's work: decide if the body did not, then call the tool.
 
-        Returns ``{"decision": ..., "output": ...}``: a summary of the decision the
-        tool ran with (made here when the inputs carry none, see `may_ask`) and the
-        tool's output. Both are small on purpose: Prefect walks every result a
-        dependent receives.
+        Returns a graph node's ``{"decision": ..., "output": ...}``: a summary of the
+        decision the tool ran with (made here when the inputs carry none, see
+        `may_ask`) and the tool's output, both small on purpose (Prefect walks every
+        result a dependent receives); a `persona_task`'s output alone.
         """
+        tool, decision, context, (args, kwargs) = self._start(node_id, inputs)
+        output = tool.fn(context, *args, **kwargs)
+        if inspect.isawaitable(output):
+            if inspect.iscoroutine(output):
+                output.close()  # never awaited, on purpose
+            raise NodeOutputError(
+                f"the tool of {node_id!r} returned an awaitable: declare it `async def` so its "
+                "run task awaits it"
+            )
+        return self._finish(node_id, tool, decision, context, output)
+
+    async def arun(self, node_id: str, inputs: dict[str, Any]) -> Any:
+        """`run` for an ``async def`` tool: the same, awaiting it.
+
+        A decision made here is made in a worker thread: the agent is sync.
+        """
+        if inputs["decision"] is None:
+            started = await asyncio.to_thread(self._start, node_id, inputs)
+        else:
+            started = self._start(node_id, inputs)
+        tool, decision, context, (args, kwargs) = started
+        output = await tool.fn(context, *args, **kwargs)
+        return self._finish(node_id, tool, decision, context, output)
+
+    def _start(
+        self, node_id: str, inputs: dict[str, Any]
+    ) -> tuple[
+        _Tool,
+        FinalDecision | ClarifyDecision,
+        NodeContext,
+        tuple[tuple[Any, ...], dict[str, Any]],
+    ]:
+        """The tool, its decision (made now if the body did not), context and arguments."""
+        tool = self._tools[node_id]
+        call: tuple[tuple[Any, ...], dict[str, Any]] = ((), {})
+        if tool.arguments is not None:
+            # Resolved by Prefect by now, futures and all; checked before the tool runs.
+            tool.arguments.check(inputs["arguments"], resolved=True)
+            call = tool.arguments.call(inputs["arguments"])
         node = NodeInfo.model_validate(inputs["node"])
         raw = inputs["decision"]
         if raw is None:
@@ -363,9 +415,19 @@ class NodeSteps:
             inputs={name: result["output"] for name, result in inputs["inputs"].items()},
             tools=inputs["tools"],
         )
-        tool = self._tools[node_id]
-        output = tool(context, *inputs.get("args", ()), **inputs.get("kwargs", {}))
+        return tool, decision, context, call
+
+    @staticmethod
+    def _finish(
+        node_id: str,
+        tool: _Tool,
+        decision: FinalDecision | ClarifyDecision,
+        context: NodeContext,
+        output: Any,
+    ) -> Any:
         output = json_inputs(output, f"the output of {node_id!r}")
+        if tool.arguments is not None:
+            return output
         return {"decision": summarise(decision, context.answers), "output": output}
 
     @staticmethod

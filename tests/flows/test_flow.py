@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -32,17 +33,19 @@ from autopersona_flows.errors import (
     FlowConfigurationError,
     NodeOutputError,
     PolicyError,
+    StoreUnavailableError,
 )
 from autopersona_flows.flows import (
     PendingClarification,
     TaskGraph,
     TaskNode,
+    arun_persona_graph,
     persona_graph,
     persona_runtime,
     run_persona_graph,
 )
 from autopersona_flows.flows.clarification import clarification_key
-from autopersona_flows.memory import MemoryRetriever, PersonaMemory
+from autopersona_flows.memory import JsonlMemoryStore, MemoryRetriever, PersonaMemory
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -255,6 +258,29 @@ def test_a_new_run_of_the_same_episode_replays_every_node_from_the_cache(kit) ->
     assert other["metrics"]["tool_executions"] == 4
 
 
+@pytest.mark.filterwarnings("ignore:unclosed:ResourceWarning")  # see run_async
+def test_async_tools_run_in_the_sync_flow_and_in_its_async_twin(kit, run_async) -> None:
+    kit.store.add(USER, PersonaMemory(topic="citation style", preference="APA"))
+    graph = TaskGraph(
+        [
+            TaskNode(id="fetch", tool=kit.arecord),
+            TaskNode(id="draft", tool=kit.arecord, depends_on=["fetch"], requires=[CITATION]),
+            TaskNode(id="send", tool=kit.record, depends_on=["draft"]),
+        ]
+    )
+    options = {"agent": kit.agent, "pause_timeout": 5, **FAST}
+
+    synced = run_persona_graph(graph, USER, QUERY, **options)
+    awaited = run_async(arun_persona_graph(graph, USER, QUERY, **options))
+
+    assert kit.calls == dict.fromkeys(graph.order, 2)
+    for result in (synced, awaited):
+        assert result["outputs"]["send"]["inputs"] == ["draft"]
+        assert result["outputs"]["draft"]["inputs"] == ["fetch"]
+        assert "citation style: APA" in result["outputs"]["draft"]["guidance"]
+        assert result["metrics"]["tool_executions"] == 3
+
+
 # --------------------------------------------------------------------------- 4. timeout
 
 
@@ -313,6 +339,38 @@ def test_a_tool_returning_a_non_json_value_fails_with_node_output_error(kit) -> 
     with pytest.raises(NodeOutputError, match=r"the output of 'odd'.*set"):
         run_persona_graph(graph, USER, QUERY, agent=kit.agent, **FAST)
     assert kit.calls == {"odd": 1}
+
+
+class OnceUnavailableStore(JsonlMemoryStore):
+    """A real store that is unreachable for its first ``reads`` reads, as a restarting server."""
+
+    def __init__(self, root: Path, reads: int) -> None:
+        super().__init__(root)
+        self.failures_left = reads
+
+    def changes(self, *args: Any, **kwargs: Any) -> Any:
+        if self.failures_left:
+            self.failures_left -= 1
+            raise StoreUnavailableError("the store is restarting")
+        return super().changes(*args, **kwargs)
+
+
+@pytest.mark.parametrize(("retries", "completes"), [(1, True), (0, False)])
+def test_a_store_that_was_unreachable_is_retried_under_the_nodes_retries(
+    kit, tmp_path: Path, retries: int, completes: bool
+) -> None:
+    store = OnceUnavailableStore(tmp_path / "flaky-store", reads=1)
+    agent = PersonaAgent(MemoryRetriever(store))
+    graph = TaskGraph([TaskNode(id="draft", tool=kit.record, retries=retries)])
+
+    state = run_for_state(kit, graph, agent=agent)
+
+    assert state.is_completed() is completes
+    assert store.failures_left == 0  # the decision inside the run task met the outage
+    assert kit.calls == ({"draft": 1} if completes else {})
+    if not completes:
+        with pytest.raises(StoreUnavailableError):
+            state.result()
 
 
 # --------------------------------------------------------------------------- 6. concurrency
