@@ -44,6 +44,7 @@ if TYPE_CHECKING:
         RetrievalError,
         SnapshotError,
         StoreUnavailableError,
+        UnsafeLinkError,
     )
     from autopersona_flows.memory import (
         LAYERS,
@@ -104,6 +105,7 @@ else:
                 "RetrievalError",
                 "SnapshotError",
                 "StoreUnavailableError",
+                "UnsafeLinkError",
             ),
             "autopersona_flows.memory": (
                 "LAYERS",
@@ -182,6 +184,7 @@ __all__ = [
     "SnapshotError",
     "StoreUnavailableError",
     "TrajectoryMemory",
+    "UnsafeLinkError",
     "UpdateDecision",
     "WorkspaceMemory",
     "__version__",

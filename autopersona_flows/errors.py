@@ -10,7 +10,7 @@ each also inherits the builtin it refines, so ``except ValueError`` keeps workin
     │   ├── DuplicateMemoryError (ValueError)
     │   ├── MemoryStoreCorruptionError
     │   ├── UnsafeLinkError
-    │   ├── StoreUnavailableError: transient, worth a retry
+    │   ├── StoreUnavailableError (ConnectionError): transient, worth a retry
     │   └── SnapshotError (ValueError)
     ├── EmbedderError (ValueError)
     │   └── EmbeddingMismatchError
@@ -147,7 +147,7 @@ class UnsafeLinkError(MemoryStoreError):
         )
 
 
-class StoreUnavailableError(MemoryStoreError):
+class StoreUnavailableError(MemoryStoreError, ConnectionError):
     """The store could not be reached or gave up mid-operation; trying again may work.
 
     The PostgreSQL store raises it when the server refuses or drops the
@@ -221,10 +221,11 @@ class FlowConfigurationError(ConfigurationError, ValueError):
 
 
 class NodeOutputError(ConfigurationError, TypeError):
-    """A node's tool returned something that is not a JSON value.
+    """A node's tool was given or returned something that is not a JSON value.
 
-    Node results feed later nodes' cache keys and are stored as JSON, so a tool
-    must return JSON values (dicts, lists, text, numbers, booleans, None).
+    Arguments and results feed cache keys and are stored as JSON, so a persona
+    function's arguments and a tool's output must be JSON values (dicts, lists,
+    text, numbers, booleans, None), and a sync tool must not return an awaitable.
     """
 
 

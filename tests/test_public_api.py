@@ -62,6 +62,7 @@ def test_top_level_surface() -> None:
         "SnapshotError",
         "StoreUnavailableError",
         "TrajectoryMemory",
+        "UnsafeLinkError",
         "UpdateDecision",
         "WorkspaceMemory",
         "__version__",
@@ -100,6 +101,7 @@ def test_errors_form_one_tree_and_refine_builtins() -> None:
         assert issubclass(mistake, errors.ConfigurationError)  # never retried
     assert issubclass(errors.NodeOutputError, TypeError)
     assert issubclass(errors.StoreUnavailableError, errors.MemoryStoreError)
+    assert issubclass(errors.StoreUnavailableError, ConnectionError)
 
 
 LOADED = (  # what a memory user must not pay for: Prefect, the HTTP client, the agent

@@ -154,8 +154,8 @@ def ask(node_id: str, decision: ClarifyDecision, runtime: PersonaRuntime) -> str
         and context.flow_run is not None
         and key in (context.flow_run.empirical_policy.pause_keys or set())
     )
-    # The sync implementations, also in an async flow: this runs in its body or in a
-    # worker thread of it, never as a coroutine.
+    # Run to completion whatever the flow (see `blocking`): in an async run Prefect's
+    # async implementation, awaited; this code itself is never a coroutine.
     if not fired:  # a resumed run passes here again; its question is already shown
         blocking(create_markdown_artifact)(
             markdown=markdown, key=key, description=decision.question

@@ -68,9 +68,10 @@ class NodeContext(BaseModel):
         tools: Names of the other tools of the graph.
         requirements: The value of each requirement the node runs with, by name:
             from memory or answered in this episode (see `requirement`). A
-            requirement neither answered is absent.
+            requirement neither in memory nor answered is absent.
         answers: The questions this node asked and their answers, in order.
-        answer: The last answer, if this node asked.
+        answer: The last answer, if this node asked (``answers[-1]``, kept for tools
+            written for one question).
         question: The last question asked, if any.
     """
 

@@ -39,7 +39,8 @@ class PersonaTaskOptions(TypedDict, total=False):
     """Prefect task options for the task that runs a persona function (or a graph node's tool).
 
     They go to ``prefect.task`` as they are, with two exceptions: ``retry_condition_fn``
-    is asked only about the function's own failures (see `RetryUnlessOurs`), and a
+    is asked only about the function's own failures and an unreachable store (see
+    `RetryUnlessOurs`), and a
     ``task_run_name`` template is formatted with the function's arguments (see
     `RunName`). They configure the task that runs the function; the pre-hook's steps
     (``decide-…``, ``learn-…``) keep their own settings.

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
         refine_trajectory,
         refine_workspace,
     )
-    from autopersona_flows.memory.jsonl import JsonlMemoryStore
+    from autopersona_flows.memory.jsonl import JsonlMemoryStore, StrayEntry
     from autopersona_flows.memory.llm_extraction import OpenAICompatibleExtractor
     from autopersona_flows.memory.maintenance import (
         Compactable,
@@ -115,7 +115,7 @@ else:
                 "refine_trajectory",
                 "refine_workspace",
             ),
-            "autopersona_flows.memory.jsonl": ("JsonlMemoryStore",),
+            "autopersona_flows.memory.jsonl": ("JsonlMemoryStore", "StrayEntry"),
             "autopersona_flows.memory.llm_extraction": ("OpenAICompatibleExtractor",),
             "autopersona_flows.memory.maintenance": (
                 "Compactable",
@@ -213,6 +213,7 @@ __all__ = [
     "ScoredMemory",
     "Scoring",
     "SearchRequest",
+    "StrayEntry",
     "TrajectoryMemory",
     "UpdateDecision",
     "WorkspaceMemory",

@@ -38,6 +38,7 @@ from autopersona_flows.memory._files import (
     fsync_dir,
     keep_as_corrupt,
     lock_file,
+    make_dirs,
     stat_key,
     unlock_file,
     write_all,
@@ -174,7 +175,7 @@ class Bank:
         with self._thread_lock:
             if self._depth == 0:
                 if exclusive and not self.folder.is_dir():
-                    self.root.inside(self.folder).mkdir(parents=True, exist_ok=True)
+                    make_dirs(self.root.inside(self.folder))  # durably: fsynced parents
                 self._lock_fd = lock_file(self.root.inside(self.lock_path), exclusive=exclusive)
                 self._exclusive = exclusive
             elif exclusive and not self._exclusive:

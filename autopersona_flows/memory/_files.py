@@ -186,14 +186,18 @@ def keep_as_corrupt(path: Path) -> Path:
 
     A hard link: whatever then replaces or removes ``path`` leaves the old bytes
     where a person can read them. ``persona.history.jsonl`` is kept as e.g.
-    ``persona.history.20260314T091500123456Z.corrupt``.
+    ``persona.history.20260314T091500123456Z.corrupt``. What is not a regular file
+    (a folder where a bank belongs) cannot be linked: it is moved there instead.
 
     Returns:
         The new name.
     """
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
     kept = path.with_name(f"{path.name.removesuffix('.jsonl')}.{stamp}.corrupt")
-    os.link(path, kept)
+    if stat.S_ISREG(os.lstat(path).st_mode):
+        os.link(path, kept)
+    else:
+        path.replace(kept)
     fsync_dir(path.parent)
     return kept
 

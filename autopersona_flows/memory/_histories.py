@@ -190,7 +190,7 @@ class History:
             Where the corrupt history now is.
         """
         kept = keep_as_corrupt(self.path)
-        self.path.unlink()
+        self.path.unlink(missing_ok=True)  # a folder in its place was moved, not linked
         fsync_dir(self.path.parent)
         self._forget()
         _log.warning("%s was corrupt; kept it as %s and started a fresh history", self.path, kept)

@@ -127,8 +127,8 @@ def expire_workspace(
     A memory expires when it was stated (`MemoryRecord.at`: when it was observed,
     not when it was written, so a backfilled history expires too) before
     ``now - max_age``, or when its ``valid_until`` has passed. Only workspace
-    state goes stale: trajectories and persona memories are kept (retrieval leaves
-    out those past their ``valid_until``).
+    state goes stale with age; memories of any layer whose ``valid_until`` has
+    passed are retired by `retire_expired`.
 
     Args:
         store: The memory store.

@@ -124,7 +124,7 @@ def _reachable(
             return method(self, *args, **kwargs)
         except psycopg.OperationalError as exc:
             self._discard()  # psycopg may not mark a dropped connection closed
-            raise StoreUnavailableError(f"{self!r} is unavailable: {exc}".strip()) from exc
+            raise StoreUnavailableError(f"{self!r} is unavailable: {exc}") from exc
 
     return call
 
@@ -196,6 +196,13 @@ class PostgresMemoryStore:
         conn = getattr(self._local, "conn", None)
         if conn is not None and not conn.closed:
             return conn
+        if any(getattr(self._local, "held", {}).values()):
+            # A new session would not hold the `locked` block's lock: going on would
+            # break the promise of the block.
+            raise StoreUnavailableError(
+                f"{self!r} lost the connection holding a bank's lock: leave the locked "
+                "block and try again"
+            )
         try:
             conn = psycopg.connect(self._dsn, autocommit=True)
             self._setup(conn)
@@ -551,7 +558,6 @@ class PostgresMemoryStore:
             memories[layer].append(_record(raw, f"{self!r} {layer}", layer))
         return MemorySnapshot.of(user_id, memories)
 
-    @_reachable
     def snapshot_fingerprint(self, user_id: str) -> str:
         """Return the snapshot's fingerprint; see `MemoryStore.snapshot_fingerprint`."""
         return self.snapshot(user_id).fingerprint

@@ -332,3 +332,29 @@ def test_a_history_line_of_another_bank_or_record_is_corruption(tmp_path: Path) 
         assert (info.value.path, info.value.line) == (history, 2)
         with pytest.raises(MemoryStoreCorruptionError, match=reason):
             store.update("ada", "persona", record.id, PersonaMemory(topic="t", preference="3"))
+
+
+@pytest.mark.parametrize("which", ["persona.jsonl", "persona.history.jsonl"])
+def test_import_replace_repairs_a_folder_where_a_bank_or_history_belongs(
+    tmp_path: Path, which: str
+) -> None:
+    root = tmp_path / "store"
+    store = JsonlMemoryStore(root)
+    store.add("ada", PersonaMemory(topic="tone", preference="terse"))
+    snapshot = tmp_path / "ada.json"
+    assert main(["export", str(root), "ada", str(snapshot)]) == 0
+    (folder,) = (root / "users").iterdir()
+    target = folder / which
+    target.unlink(missing_ok=True)
+    target.mkdir()
+    (target / "inside").write_text("a person's file")
+    assert main(["verify", str(root)]) == 1
+
+    assert main(["import", "--replace", str(snapshot), str(root)]) == 0
+
+    (kept,) = folder.glob(f"{which.removesuffix('.jsonl')}.*.corrupt")
+    assert (kept / "inside").read_text() == "a person's file"  # moved aside, not lost
+    assert main(["verify", str(root)]) == 0
+    assert [r.content.preference for r in JsonlMemoryStore(root).list("ada", "persona")] == [
+        "terse"
+    ]

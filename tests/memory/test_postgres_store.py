@@ -240,6 +240,11 @@ def test_a_dropped_connection_is_transient_and_the_next_call_reconnects(postgres
                 call()
         with store.locked(USER, "persona"):  # leaving a lock that died with its connection
             assert _drop_connections(postgres_schema, name) == 1
+            with pytest.raises(StoreUnavailableError, match="is unavailable"):
+                store.list(USER, "persona")
+            # No new session inside the block: it would not hold the block's lock.
+            with pytest.raises(StoreUnavailableError, match="lost the connection holding"):
+                store.add(USER, PersonaMemory(topic="seat", preference="aisle"))
         # Nothing half-written: the interrupted add and update never landed.
         assert store.list(USER, "persona") == [kept]
         store.add(USER, PersonaMemory(topic="seat", preference="aisle"))
