@@ -87,6 +87,19 @@ DEFAULT_TASK_OPTIONS: PersonaTaskOptions = {
 """The options every persona run task starts from; a task's own are merged over them
 with ``|``."""
 
+
+def _no(task: Any, task_run: TaskRun, state: State[Any]) -> bool:
+    return False
+
+
+PRE_HOOK_OPTIONS: PersonaTaskOptions = {
+    "retries": 3,
+    "retry_delay_seconds": 1,
+    "retry_condition_fn": _no,  # so only a store outage is retried (see `RetryUnlessOurs`)
+}
+"""The options of the pre-hook's steps (``decide-…``, ``learn-…``): they read and
+write the store, so a store outage is retried; nothing else is."""
+
 _OURS = {
     "name": "it is the node id: pass `name=` to `persona_task`",
     "cache_policy": "NodeCachePolicy keys every step by episode, node and inputs, which is "
@@ -135,9 +148,9 @@ class RetryUnlessOurs:
 
     Ours (a non-JSON argument or output, a bad configuration, a policy breaking its
     promise) would fail again the same way, and each attempt would repeat the
-    function's side effects. For any other failure, and for a store that was
-    unreachable (`StoreUnavailableError`: the next attempt may find it back), the
-    user's condition decides, if there is one.
+    function's side effects. A store that was unreachable (`StoreUnavailableError`)
+    is always worth the retries: the next attempt may find it back. For any other
+    failure the user's condition decides, if there is one.
 
     Attributes:
         then: The user's ``retry_condition_fn``, if any.
@@ -161,7 +174,9 @@ class RetryUnlessOurs:
     def _decide(
         self, failure: Any, task: Any, task_run: TaskRun, state: State[Any]
     ) -> bool | Awaitable[bool]:
-        if isinstance(failure, AutopersonaError) and not isinstance(failure, StoreUnavailableError):
+        if isinstance(failure, StoreUnavailableError):
+            return True  # the store may be back; nothing of the step ran
+        if isinstance(failure, AutopersonaError):
             return False
         return True if self.then is None else self.then(task, task_run, state)
 

@@ -40,6 +40,7 @@ from autopersona_flows.flows.context import AnsweredQuestion, NodeContext
 from autopersona_flows.flows.episodes import Asking, EpisodeAnswers
 from autopersona_flows.flows.options import (
     DEFAULT_TASK_OPTIONS,
+    PRE_HOOK_OPTIONS,
     PersonaTaskOptions,
     RunName,
     build_task,
@@ -243,7 +244,7 @@ class NodeSteps:
             given = [a.model_dump(mode="json") for a in answered]
             name = f"decide-{node.id}{suffix}"
             run_name = None if element is None else RunName(name)
-            raw = self._task(_decide, "decide", name, run_name=run_name)(
+            raw = self._task(_decide, "decide", name, PRE_HOOK_OPTIONS, run_name=run_name)(
                 episode_id=self.episode_id,
                 node_id=node.id,
                 inputs={**request, "answered": given} if answered else request,
@@ -263,7 +264,7 @@ class NodeSteps:
             self._learning[node.id] = decision
             learned: dict[str, Any] = cast(  # a sync task's result, not a coroutine
                 dict[str, Any],
-                self._task(_learn, "learn", f"learn-{node.id}{suffix}")(
+                self._task(_learn, "learn", f"learn-{node.id}{suffix}", PRE_HOOK_OPTIONS)(
                     episode_id=self.episode_id,
                     node_id=node.id,
                     inputs={"question": decision.question, "answer": answer, "user_id": user_id},

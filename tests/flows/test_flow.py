@@ -373,6 +373,22 @@ def test_a_store_that_was_unreachable_is_retried_under_the_nodes_retries(
             state.result()
 
 
+def test_a_store_outage_in_the_pre_hook_is_retried_without_retrying_the_tool(
+    kit, tmp_path: Path
+) -> None:
+    store = OnceUnavailableStore(tmp_path / "flaky-store", reads=2)
+    store.add(USER, PersonaMemory(topic="citation style", preference="APA"))
+    graph = TaskGraph([TaskNode(id="draft", tool=kit.record, requires=[CITATION])])
+
+    state = run_for_state(kit, graph, agent=PersonaAgent(MemoryRetriever(store)))
+
+    assert state.is_completed()
+    assert store.failures_left == 0  # the decide step met the outage twice, in the flow body
+    assert kit.calls == {"draft": 1}
+    (context,) = kit.contexts["draft"]
+    assert context.requirement("citation style").value == "APA"
+
+
 # --------------------------------------------------------------------------- 6. concurrency
 
 
