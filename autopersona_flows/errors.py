@@ -23,6 +23,7 @@ each also inherits the builtin it refines, so ``except ValueError`` keeps workin
     ├── ConfigurationError: a developer's mistake, never retried
     │   ├── GraphError (ValueError)
     │   ├── FlowConfigurationError (ValueError)
+    │   ├── MemoryBankError (TypeError)
     │   └── NodeOutputError (TypeError)
     ├── ClarificationTimeoutError
     └── AnswerRejectedError (ValueError)
@@ -53,6 +54,7 @@ __all__ = [
     "GraphError",
     "IngestionError",
     "InvalidUserIdError",
+    "MemoryBankError",
     "MemoryNotFoundError",
     "MemoryStoreCorruptionError",
     "MemoryStoreError",
@@ -218,6 +220,14 @@ class GraphError(ConfigurationError, ValueError):
 
 class FlowConfigurationError(ConfigurationError, ValueError):
     """A persona flow is missing its agent or has invalid options; never retried."""
+
+
+class MemoryBankError(ConfigurationError, TypeError):
+    """A `MemoryBank` was given a part of the wrong kind; never retried.
+
+    A store that is neither a `MemoryStore` nor an address, an embedder that is not
+    an `Embedder`, an extractor that is not an `Extractor`.
+    """
 
 
 class NodeOutputError(ConfigurationError, TypeError):

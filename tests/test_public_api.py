@@ -33,6 +33,7 @@ def test_top_level_surface() -> None:
         "IngestionError",
         "InvalidUserIdError",
         "JsonlMemoryStore",
+        "MemoryBank",
         "MemoryBundle",
         "MemoryChange",
         "MemoryLayer",
@@ -120,6 +121,7 @@ def test_the_memory_layer_loads_neither_prefect_nor_httpx_nor_the_agent() -> Non
         "import autopersona_flows.memory\n"
         "print(loaded())\n"
         "from autopersona_flows.memory import JsonlMemoryStore, MemoryRetriever, MemoryUpdater\n"
+        "from autopersona_flows.memory import MemoryBank\n"
         "from autopersona_flows import PersonaMemory, RawTaskRecord, ingest_task_history\n"
         "print(loaded())\n"
     )

@@ -16,7 +16,8 @@ from autopersona_flows.agent.metrics import RuntimeMetrics
 from autopersona_flows.agent.planners import LEARNED, STANDING, DefaultPlanner, SearchPlanner
 from autopersona_flows.agent.policies import Policy
 from autopersona_flows.agent.standing import applies, stake_words
-from autopersona_flows.errors import PolicyError
+from autopersona_flows.errors import MemoryBankError, PolicyError
+from autopersona_flows.memory.bank import MemoryBank
 from autopersona_flows.memory.records import MemoryLayer, MemoryRecord, PersonaMemory
 from autopersona_flows.memory.retrieval import (
     MemoryBundle,
@@ -35,19 +36,28 @@ class PersonaAgent:
     """Decides, for each request, between final guidance and one targeted question.
 
     Args:
-        retriever: Reads the user's memory.
+        retriever: The user's memory: a `MemoryBank` (its retriever reads, its
+            updater writes learned answers), or a `MemoryRetriever` alone.
         policy: Turns the retrieved memories into a decision; `EvidencePolicy` by default.
         planner: Chooses what to retrieve; `DefaultPlanner` by default.
-        updater: Writes learned answers; one over the retriever's store is made if
-            not given.
+        updater: Writes learned answers, with a `MemoryRetriever` only; one over the
+            retriever's store is made if not given.
         top_k: Memories per search.
         min_similarity: Weakest retrieval score considered (see `Scoring`).
         metrics: Receives counters and timings when given.
+
+    Attributes:
+        bank: The memory, as a `MemoryBank` (one wrapping the retriever and updater
+            when those were given); ``retriever`` and ``updater`` are its parts.
+
+    Raises:
+        MemoryBankError: If ``updater`` is given with a `MemoryBank`, which has its own.
+        ValueError: If ``updater`` writes to another store object than the retriever reads.
     """
 
     def __init__(
         self,
-        retriever: MemoryRetriever,
+        retriever: MemoryBank | MemoryRetriever,
         policy: Policy | None = None,
         *,
         planner: SearchPlanner | None = None,
@@ -56,12 +66,22 @@ class PersonaAgent:
         min_similarity: float = 0.0,
         metrics: RuntimeMetrics | None = None,
     ) -> None:
-        self.retriever = retriever
+        if isinstance(retriever, MemoryBank):
+            if updater is not None:
+                raise MemoryBankError(
+                    "a MemoryBank brings its updater: build the bank with the resolver you "
+                    "want (MemoryBank(store, resolver=...)) instead of passing updater="
+                )
+            self.bank = retriever
+        else:
+            updater = updater or MemoryUpdater(retriever.store, retriever=retriever)
+            if updater.store is not retriever.store:
+                raise ValueError("the updater must write to the store object the retriever reads")
+            self.bank = MemoryBank.from_retriever(retriever, updater)
+        self.retriever: MemoryRetriever = self.bank.retriever
+        self.updater: MemoryUpdater = self.bank.updater
         self.policy = policy if policy is not None else EvidencePolicy()
         self.planner = planner if planner is not None else DefaultPlanner()
-        self.updater = updater or MemoryUpdater(retriever.store, retriever=retriever)
-        if self.updater.store is not retriever.store:
-            raise ValueError("the updater must write to the store object the retriever reads")
         self.top_k = check_top_k(top_k)
         self.min_similarity = check_min_similarity(min_similarity)
         self.metrics = metrics

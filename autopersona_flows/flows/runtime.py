@@ -24,6 +24,7 @@ from autopersona_flows.flows.settings import (
     agent_from_settings,
     load_settings,
 )
+from autopersona_flows.memory.bank import MemoryBank
 
 __all__ = ["PersonaRuntime", "current_runtime", "persona_runtime", "runtime_from_settings"]
 
@@ -68,6 +69,11 @@ class PersonaRuntime:
                 "result_storage must be a Path or a file-system block; Prefect reads a str as "
                 "a block slug, not a folder"
             )
+
+    @property
+    def bank(self) -> MemoryBank:
+        """The agent's memory: its store, embedder, retriever and updater."""
+        return self.agent.bank
 
 
 _RUNTIME: ContextVar[PersonaRuntime | None] = ContextVar("autopersona_runtime", default=None)

@@ -25,9 +25,9 @@ from autopersona_flows.agent.evidence import EvidencePolicy
 from autopersona_flows.agent.openai import OpenAICompatiblePolicy
 from autopersona_flows.agent.policies import Policy
 from autopersona_flows.errors import FlowConfigurationError
+from autopersona_flows.memory.bank import MemoryBank
 from autopersona_flows.memory.embedders import get_embedder
 from autopersona_flows.memory.protocol import MemoryStore
-from autopersona_flows.memory.retrieval import MemoryRetriever
 from autopersona_flows.memory.stores import is_postgres, open_store
 
 __all__ = [
@@ -183,12 +183,14 @@ def _agent(store: str, embedder: str, policy: tuple[Any, ...]) -> PersonaAgent:
     # One agent per configuration and process keeps its retrieval indexes warm across
     # the runs a long-lived worker or server process executes. Keyed on the settings,
     # not on the objects they build: a policy need not be hashable.
-    retriever = MemoryRetriever(open_store(store), get_embedder(embedder))
-    return PersonaAgent(retriever, _policy(*policy))
+    return PersonaAgent(MemoryBank(open_store(store), get_embedder(embedder)), _policy(*policy))
 
 
 def agent_from_settings(settings: AutopersonaSettings | None = None) -> PersonaAgent:
     """The PersonaAgent the settings describe: one per configuration and process.
+
+    Its memory is a `MemoryBank` over the store and embedder the settings name
+    (``agent.bank``; the runtime's ``bank``).
 
     Raises:
         FlowConfigurationError: If a setting has an invalid value or names a policy

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from autopersona_flows._lazy import exports
 
 if TYPE_CHECKING:
+    from autopersona_flows.memory.bank import MemoryBank
     from autopersona_flows.memory.chatlog import ChatMessage, chat_sessions
     from autopersona_flows.memory.consolidation import promote_choices
     from autopersona_flows.memory.embedders import (
@@ -91,6 +92,7 @@ else:
     __getattr__, __dir__ = exports(
         __name__,
         {
+            "autopersona_flows.memory.bank": ("MemoryBank",),
             "autopersona_flows.memory.chatlog": ("ChatMessage", "chat_sessions"),
             "autopersona_flows.memory.consolidation": ("promote_choices",),
             "autopersona_flows.memory.embedders": (
@@ -193,6 +195,7 @@ __all__ = [
     "JsonlMemoryStore",
     "LayerContent",
     "MaintenanceReport",
+    "MemoryBank",
     "MemoryBundle",
     "MemoryChange",
     "MemoryLayer",

@@ -2,6 +2,7 @@
 
 import threading
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -30,7 +31,8 @@ from autopersona_flows.agent import (
     RuntimeMetrics,
     parse_decision,
 )
-from autopersona_flows.memory import MemoryUpdater
+from autopersona_flows.errors import MemoryBankError
+from autopersona_flows.memory import MemoryBank, MemoryUpdater, RawTaskRecord
 
 CITATION = Requirement("citation style", options=["APA", "MLA", "Chicago"])
 NODE = NodeInfo(id="format-bibliography", instruction="Format the bibliography of the paper")
@@ -341,3 +343,58 @@ def test_any_user_id_the_store_accepts_is_a_valid_request(store: JsonlMemoryStor
     assert decision.action == "final"
     with pytest.raises(ValueError, match="max_guidance"):
         EvidencePolicy(max_guidance=-1)
+
+
+# --- built from a MemoryBank ---------------------------------------------------------------------
+
+
+def test_an_agent_over_a_bank_from_a_path_decides_learns_and_ingests_through_it(
+    store_root: Path,
+) -> None:
+    bank = MemoryBank(str(store_root))
+    bank.update("ada", "persona", PersonaMemory(topic="tone", preference="terse, no preamble"))
+    agent = PersonaAgent(bank)
+    assert agent.bank is bank
+    assert (agent.retriever, agent.updater) == (bank.retriever, bank.updater)
+
+    question = agent.decide(request("ada", CITATION))
+    assert isinstance(question, ClarifyDecision)
+    assert agent.learn("ada", question, "APA").operation == "add"
+    decision = agent.decide(request("ada", CITATION))
+    assert isinstance(decision, FinalDecision)
+    assert "citation style: APA" in decision.guidance
+    (learned,) = bank.retrieve(
+        "ada", [SearchRequest(layer="persona", query="citation style")], top_k=1
+    )
+    assert learned.record.id == decision.constraints[0].memory_id
+
+    task = RawTaskRecord(
+        user_id="ada",
+        query="Format the bibliography",
+        persona=[PersonaMemory(topic="citation style", preference="Chicago")],
+    )
+    result = bank.ingest(task)
+    assert result.counts() == {"trajectory:add": 1, "persona:update": 1}
+    (constraint,) = agent.decide(request("ada", CITATION)).constraints[:1]
+    assert constraint.text == "citation style: Chicago"
+
+
+def test_the_old_wiring_gets_a_bank_of_its_own_parts(store: JsonlMemoryStore) -> None:
+    retriever = MemoryRetriever(store)
+    updater = MemoryUpdater(store, retriever=retriever)
+    agent = PersonaAgent(retriever, updater=updater)
+    assert (agent.retriever, agent.updater) == (retriever, updater)
+    assert (agent.bank.store, agent.bank.retriever, agent.bank.updater) == (
+        store,
+        retriever,
+        updater,
+    )
+    alone = PersonaAgent(retriever)
+    assert alone.updater.retriever is retriever
+    assert alone.bank.retriever is retriever
+
+
+def test_a_bank_brings_its_own_updater(store: JsonlMemoryStore) -> None:
+    bank = MemoryBank(store)
+    with pytest.raises(MemoryBankError, match="brings its updater"):
+        PersonaAgent(bank, updater=MemoryUpdater(store, retriever=bank.retriever))

@@ -38,7 +38,7 @@ from autopersona_flows.flows import (
     store_from_settings,
 )
 from autopersona_flows.flows.runtime import current_runtime
-from autopersona_flows.memory import HashingEmbedder, JsonlMemoryStore, PersonaMemory
+from autopersona_flows.memory import HashingEmbedder, JsonlMemoryStore, MemoryBank, PersonaMemory
 
 PREFIX = "PREFECT_INTEGRATIONS_AUTOPERSONA_"
 FIELDS = [name.upper() for name in AutopersonaSettings.model_fields]
@@ -168,6 +168,9 @@ def test_the_runtime_carries_the_settings_and_an_agent_over_the_store(
     assert isinstance(agent.retriever.store, JsonlMemoryStore)
     assert agent.retriever.store.root == tmp_path / "memory"
     assert agent.updater.store is agent.retriever.store
+    assert isinstance(agent.bank, MemoryBank)
+    assert runtime.bank is agent.bank
+    assert (agent.bank.retriever, agent.bank.updater) == (agent.retriever, agent.updater)
     # The agent's store and store_from_settings() are two objects on the same files.
     seeded = store_from_settings().add(USER, PersonaMemory(topic="tone", preference="terse"))
     assert agent.retriever.store.list(USER, "persona") == [seeded]
