@@ -9,7 +9,6 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, Unpack, cast, overload
 from uuid import UUID
 
-from prefect.context import FlowRunContext
 from prefect.futures import PrefectFuture, PrefectFutureList
 
 from autopersona_flows.agent.decisions import (
@@ -28,7 +27,7 @@ from autopersona_flows.flows.options import (
     RunName,
     check_task_options,
 )
-from autopersona_flows.flows.runtime import current_runtime
+from autopersona_flows.flows.runtime import current_flow_run_id, current_runtime
 from autopersona_flows.flows.tasks import NodeSteps, StepCounter, episode_of, is_async
 
 __all__ = ["PersonaTask", "persona_task"]
@@ -176,7 +175,7 @@ class PersonaTask(Generic[P, R]):
         run = self._run_task(steps)
         with steps.active():
             future: PrefectFuture[Any] = run.submit(**self._prepare(steps, arguments))
-        _SUBMITTED.add(self._flow_run_id(), [future])
+        _SUBMITTED.add(current_flow_run_id(), [future])
         return future
 
     @overload
@@ -201,7 +200,7 @@ class PersonaTask(Generic[P, R]):
             self.arguments.check(arguments, resolved=False)
         run = self._run_task(steps)
         futures: list[PrefectFuture[Any]] = []
-        run_id = self._flow_run_id()
+        run_id = current_flow_run_id()
         with steps.active():
             for index, arguments in enumerate(elements):
                 futures.append(run.submit(**self._prepare(steps, arguments, index)))
@@ -220,13 +219,6 @@ class PersonaTask(Generic[P, R]):
     def _run_task(self, steps: NodeSteps) -> Any:
         return steps.run_task(self.node.id, self.fn, self.options, self.arguments)
 
-    @staticmethod
-    def _flow_run_id() -> UUID:
-        context = FlowRunContext.get()
-        if context is None or context.flow_run is None:
-            raise FlowConfigurationError("persona tasks must be called inside a Prefect flow")
-        return context.flow_run.id
-
     def _prepare(
         self, steps: NodeSteps, arguments: dict[str, Any], element: int | None = None
     ) -> dict[str, Any]:
@@ -243,7 +235,7 @@ class PersonaTask(Generic[P, R]):
                 user_id=runtime.user_id,
                 query=runtime.query,
                 tools=[],
-                in_flight=_SUBMITTED.of(self._flow_run_id()),
+                in_flight=_SUBMITTED.of(current_flow_run_id()),
                 element=element,
             )
         extra: dict[str, Any] = {"arguments": arguments}

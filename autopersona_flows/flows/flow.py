@@ -14,7 +14,7 @@ from prefect.futures import PrefectFuture, wait
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from autopersona_flows.agent.agent import PersonaAgent
-from autopersona_flows.agent.decisions import NodeInfo
+from autopersona_flows.agent.decisions import ClarifyDecision, FinalDecision, NodeInfo
 from autopersona_flows.errors import FlowConfigurationError, GraphError
 from autopersona_flows.flows._sync import blocking
 from autopersona_flows.flows.context import AnsweredQuestion
@@ -142,14 +142,14 @@ def _run_graph(
     steps = NodeSteps(runtime, episode_of(runtime, episode_id), counter)
     tools = list(graph.order)
     futures: dict[str, PrefectFuture[Any]] = {}
-    answers: dict[str, list[AnsweredQuestion]] = {}
     with steps.active():
         for node_id in graph.order:
             node = graph.nodes[node_id]
             info = NodeInfo(id=node.id, instruction=node.instruction)
-            decision, answers[node_id] = None, []
+            decision: FinalDecision | ClarifyDecision | None = None
+            answers: list[AnsweredQuestion] = []
             if steps.may_ask(node.requires):
-                decision, answers[node_id] = steps.prepare(
+                decision, answers = steps.prepare(
                     info,
                     requirements=node.requires,
                     user_id=user_id,
@@ -168,7 +168,7 @@ def _run_graph(
                     query=query,
                     requirements=node.requires,
                     decision=decision,
-                    answers=answers[node_id],
+                    answers=answers,
                     inputs=inputs,
                     tools=tools,
                 ),

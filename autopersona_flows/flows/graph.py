@@ -49,19 +49,16 @@ def _import_path_problem(path: str) -> str | None:
     return f"tool {path!r} is not an import path 'package.module:function'"
 
 
-def _tool(value: Any) -> Any:
-    if isinstance(value, str):
-        if problem := _import_path_problem(value):
-            raise ValueError(problem)
-    elif not callable(value):
-        raise ValueError(f"tool must be a callable or an import path, got {type(value).__name__}")
-    return value
-
-
 def _tool_path(value: Any) -> Any:
     if isinstance(value, str) and (problem := _import_path_problem(value)):
         raise ValueError(problem)
     return value
+
+
+def _tool(value: Any) -> Any:
+    if not isinstance(value, str) and not callable(value):
+        raise ValueError(f"tool must be a callable or an import path, got {type(value).__name__}")
+    return _tool_path(value)
 
 
 def resolve_tool(

@@ -13,7 +13,9 @@ from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
+from prefect.context import FlowRunContext
 from prefect.filesystems import WritableFileSystem
 
 from autopersona_flows.agent.agent import PersonaAgent
@@ -26,7 +28,13 @@ from autopersona_flows.flows.settings import (
 )
 from autopersona_flows.memory.bank import MemoryBank
 
-__all__ = ["PersonaRuntime", "current_runtime", "persona_runtime", "runtime_from_settings"]
+__all__ = [
+    "PersonaRuntime",
+    "current_flow_run_id",
+    "current_runtime",
+    "persona_runtime",
+    "runtime_from_settings",
+]
 
 
 @dataclass(frozen=True)
@@ -136,3 +144,15 @@ def runtime_from_settings(settings: AutopersonaSettings | None = None) -> Person
         poll_interval=settings.poll_interval,
         result_storage=settings.results.expanduser() if settings.results else None,
     )
+
+
+def current_flow_run_id() -> UUID:
+    """The id of the flow run this code runs in.
+
+    Raises:
+        FlowConfigurationError: Outside a Prefect flow run.
+    """
+    context = FlowRunContext.get()
+    if context is None or context.flow_run is None:
+        raise FlowConfigurationError("persona tasks must be called inside a Prefect flow")
+    return context.flow_run.id

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from prefect import Task
-from prefect.context import FlowRunContext
 from prefect.futures import wait
 from prefect.utilities.annotations import opaque, quote
 
@@ -45,7 +44,7 @@ from autopersona_flows.flows.options import (
     RunName,
     build_task,
 )
-from autopersona_flows.flows.runtime import PersonaRuntime
+from autopersona_flows.flows.runtime import PersonaRuntime, current_flow_run_id
 from autopersona_flows.memory.records import LAYERS, JsonValue, check_json
 
 __all__ = ["NodeSteps", "StepCounter", "episode_of", "is_async", "json_inputs", "summarise"]
@@ -76,10 +75,7 @@ def episode_of(runtime: PersonaRuntime, episode_id: str | None) -> str:
         return episode_id
     if runtime.episode_id:
         return runtime.episode_id
-    context = FlowRunContext.get()
-    if context is None or context.flow_run is None:
-        raise FlowConfigurationError("persona tasks must be called inside a Prefect flow")
-    return str(context.flow_run.id)
+    return str(current_flow_run_id())
 
 
 def json_inputs(value: Any, what: str) -> JsonValue:
@@ -296,11 +292,8 @@ class NodeSteps:
         return answer
 
     def _asking(self, node_id: str, decision: ClarifyDecision) -> Asking:
-        context = FlowRunContext.get()
-        if context is None or context.flow_run is None:
-            raise FlowConfigurationError("persona tasks must be called inside a Prefect flow")
         return Asking(
-            flow_run_id=context.flow_run.id,
+            flow_run_id=current_flow_run_id(),
             response_key=response_key(node_id, decision, self.runtime),
         )
 
