@@ -18,7 +18,7 @@ from autopersona_flows.errors import IngestionError
 from autopersona_flows.flows.cache_policies import NodeCachePolicy
 from autopersona_flows.flows.runtime import current_runtime
 from autopersona_flows.flows.serializers import OrjsonSerializer
-from autopersona_flows.memory.ingestion import ingest_task_history, read_task_records
+from autopersona_flows.memory.ingestion import read_task_records
 from autopersona_flows.memory.records import RawTaskRecord
 
 __all__ = ["ingest_history"]
@@ -37,10 +37,9 @@ def _ingest_batch(
 ) -> dict[str, int]:
     # Keyed on (flow run, file digest, slice), not on the records: when Prefect
     # retries the run, the batches already written come back from the cache.
-    updater = current_runtime().agent.updater
     totals: Counter[str] = Counter()
-    for record in records:
-        totals.update(ingest_task_history(updater.store, updater, record).counts())
+    for result in current_runtime().bank.ingest(records):
+        totals.update(result.counts())
     return dict(totals)
 
 

@@ -26,17 +26,17 @@ def _maintain(
     duplicate_threshold: float,
     snapshots: Path,
 ) -> dict[str, Any]:
-    retriever = current_runtime().agent.retriever
+    bank = current_runtime().bank
     report: MaintenanceReport = maintain_user(
-        retriever.store,
+        bank.store,
         user_id,
-        embedder=retriever.embedder,
+        embedder=bank.embedder,
         duplicate_threshold=duplicate_threshold,
         workspace_max_age=(
             timedelta(days=workspace_max_age_days) if workspace_max_age_days else None
         ),
     )
-    snapshot = retriever.store.snapshot(user_id)
+    snapshot = bank.store.snapshot(user_id)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     folder = snapshots / user_key(user_id)
     folder.mkdir(parents=True, exist_ok=True)
@@ -90,7 +90,7 @@ def memory_maintenance(
         ids, ``compacted`` entries,
         ``memories`` per layer, the snapshot's ``fingerprint`` and file.
     """
-    store = current_runtime().agent.retriever.store
+    store = current_runtime().bank.store
     users = [check_user_id(user_id)] if user_id is not None else store.users()
     snapshots = (
         Path(snapshot_dir).expanduser() if snapshot_dir else load_settings().snapshots_path()
