@@ -14,6 +14,7 @@ from autopersona_flows.agent.decisions import ClarifyDecision
 from autopersona_flows.flows._sync import blocking
 from autopersona_flows.flows.cache_policies import node_cache_key
 from autopersona_flows.flows.clarification import answer_given
+from autopersona_flows.flows.locks import step_locks
 from autopersona_flows.flows.serializers import OrjsonSerializer
 
 __all__ = ["Asking", "EpisodeAnswers"]
@@ -52,6 +53,7 @@ class EpisodeAnswers:
     """
 
     def __init__(self, storage: Path | WritableFileSystem | None, episode_id: str) -> None:
+        self._locks = step_locks(storage)
         if isinstance(storage, Path):
             storage = LocalFileSystem(basepath=str(storage))
         self._store = ResultStore(
@@ -89,9 +91,16 @@ class EpisodeAnswers:
     def asking(self, node_id: str, user_id: str, decision: ClarifyDecision, asking: Asking) -> None:
         """Note, before it waits, that a run asks this question (see the class docstring)."""
         key = self._key("asking", node_id, user_id, decision)
-        askings = _ASKINGS.validate_python(self._read(key) or [])
-        if asking not in askings:  # a resumed run asks again under the same id
-            self._store.write(_ASKINGS.dump_python([*askings, asking], mode="json"), key=key)
+        holder = str(asking.flow_run_id)
+        # Two runs of the episode asking at once must not each write the list without
+        # the other: a run missing from it could never have its answer read back.
+        self._locks.acquire_lock(key, holder)
+        try:
+            askings = _ASKINGS.validate_python(self._read(key) or [])
+            if asking not in askings:  # a resumed run asks again under the same id
+                self._store.write(_ASKINGS.dump_python([*askings, asking], mode="json"), key=key)
+        finally:
+            self._locks.release_lock(key, holder)
 
     def keep(self, node_id: str, user_id: str, decision: ClarifyDecision, answer: str) -> None:
         """Keep the answer to this question for the episode's replays."""

@@ -6,8 +6,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections import Counter
 from pathlib import Path
+from uuid import uuid4
 
 import orjson
 import prefect.settings as ps
@@ -19,6 +21,7 @@ from autopersona_flows.agent import ClarifyDecision, Requirement
 from autopersona_flows.errors import ClarificationTimeoutError
 from autopersona_flows.flows import TaskGraph, TaskNode, answer_clarification, run_persona_graph
 from autopersona_flows.flows.clarification import clarification_key
+from autopersona_flows.flows.episodes import Asking, EpisodeAnswers
 from autopersona_flows.memory import JsonlMemoryStore
 
 REPO = Path(__file__).resolve().parents[2]
@@ -155,3 +158,26 @@ def test_a_question_nobody_answered_is_asked_again_by_the_replay(
     assert result["metrics"]["clarifications"] == 1
     assert result["outputs"]["draft"]["answer"] == "MLA"
     assert kit.calls == {"draft": 1}
+
+
+def test_runs_asking_at_once_are_all_noted(tmp_path: Path) -> None:
+    # Each noting reads the list and writes it back: unlocked, one run's entry could be
+    # lost, and its answer never read back after a crash.
+    decision = ClarifyDecision(question="Which citation style?", options=["APA", "MLA"])
+    answers = EpisodeAnswers(tmp_path / "results", "episode-1")
+    askings = [Asking(flow_run_id=uuid4(), response_key=f"paused-k{i}-response") for i in range(24)]
+    start = threading.Barrier(len(askings))
+
+    def note(asking: Asking) -> None:
+        start.wait(10)
+        answers.asking("draft", "ada", decision, asking)
+
+    threads = [threading.Thread(target=note, args=(a,)) for a in askings]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+
+    key = answers._key("asking", "draft", "ada", decision)
+    noted = {entry["flow_run_id"] for entry in answers._read(key)}
+    assert noted == {str(a.flow_run_id) for a in askings}
