@@ -349,3 +349,32 @@ def watch_for_pause() -> Iterator[
     for watcher in started:
         watcher.halt.set()
         watcher.join(30)
+
+
+@pytest.fixture
+def settled_task_run() -> Callable[..., Any]:
+    """`read_settled_task_run`, for tests that read task runs back from the API."""
+    return read_settled_task_run
+
+
+def read_settled_task_run(run_id: Any, timeout: float = 20.0) -> Any:
+    """The task run as the API has it once recorded in a final state.
+
+    Prefect records task runs from the events the engine sends, asynchronously: read
+    right after the flow returns, a run may not be there yet, or not in its last state.
+    """
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
+
+    until = time.monotonic() + timeout
+    with get_client(sync_client=True) as client:
+        while True:
+            try:
+                run = client.read_task_run(run_id)
+                if run.state is not None and run.state.is_final():
+                    return run
+            except ObjectNotFound:
+                pass
+            if time.monotonic() > until:
+                raise TimeoutError(f"task run {run_id} was not recorded as final in {timeout} s")
+            time.sleep(0.1)

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 from prefect import flow, task, unmapped
-from prefect.client.orchestration import get_client
 
 from autopersona_flows.agent import PersonaAgent, Requirement
 from autopersona_flows.errors import FlowConfigurationError, NodeOutputError
@@ -264,15 +263,14 @@ def mapping(agent: Any, episode_id: str) -> list[str]:
 
 
 def test_map_runs_each_element_under_its_own_key_once_across_a_pause(
-    prefect_harness, kit, watch_for_pause
+    prefect_harness, kit, watch_for_pause, settled_task_run
 ) -> None:
     watcher = answering(watch_for_pause, "MLA")
     first = mapping(kit.agent, "map-1")
     watcher.finish()
     assert first[:3] == ["Knuth (MLA).", "Lamport (MLA).", "Knuth (MLA)."]
     assert CALLS == {"cite Knuth": 2, "cite Lamport": 1}  # equal arguments, own elements
-    with get_client(sync_client=True) as client:
-        names = [client.read_task_run(run_id).name for run_id in first[3:]]
+    names = [settled_task_run(run_id).name for run_id in first[3:]]
     assert names == ["cite[0]", "cite[1]", "cite[2]"]
 
     again = mapping(kit.agent, "map-1")  # one question, asked once: no pause now
@@ -299,7 +297,9 @@ def chaining(agent: Any) -> dict:
         }
 
 
-def test_futures_and_states_are_resolved_as_prefect_resolves_them(prefect_harness, kit) -> None:
+def test_futures_and_states_are_resolved_as_prefect_resolves_them(
+    prefect_harness, kit, settled_task_run
+) -> None:
     kit.store.add("ada", PersonaMemory(topic="citation style", preference="APA"))
     result = chaining(kit.agent)
     assert result["direct"] == ["ref-0", "ref-1"]
@@ -310,5 +310,4 @@ def test_futures_and_states_are_resolved_as_prefect_resolves_them(prefect_harnes
         result["bad"]
     )
     assert CALLS["join"] == 2  # the bad one never reached the function
-    with get_client(sync_client=True) as client:
-        assert client.read_task_run(result["bad run"]).run_count == 1  # ours: never retried
+    assert settled_task_run(result["bad run"]).run_count == 1  # ours: never retried

@@ -83,14 +83,13 @@ def optioned(agent: Any) -> dict:
         }
 
 
-def test_options_reach_prefect_and_a_timeout_fires(prefect_harness, kit) -> None:
+def test_options_reach_prefect_and_a_timeout_fires(prefect_harness, kit, settled_task_run) -> None:
     started = time.monotonic()
     result = optioned(kit.agent)
     assert time.monotonic() - started < 20  # neither 30 s sleep ran out
     assert result["results"] == ["APA", "MLA"]
     assert CALLS == {"APA": 2, "MLA": 2, "stalls": 1, "stalls_sync": 1}  # each retried once
-    with get_client(sync_client=True) as client:
-        first, other = (client.read_task_run(run_id) for run_id in result["runs"])
+    first, other = (settled_task_run(run_id) for run_id in result["runs"])
     assert first.name == "style-APA"
     assert set(first.tags) == {"papers", "billing"}
     assert first.empirical_policy.retries == 2
@@ -102,7 +101,7 @@ def test_options_reach_prefect_and_a_timeout_fires(prefect_harness, kit) -> None
     assert styled.options["tags"] == ["papers", "billing"]  # with_options made a copy
 
 
-def test_node_options_reach_prefect(prefect_harness, kit) -> None:
+def test_node_options_reach_prefect(prefect_harness, kit, settled_task_run) -> None:
     graph = TaskGraph(
         [
             TaskNode(id="flaky", tool=kit.flaky, retries=1, retry_delay_seconds=0.2, tags=["net"]),
@@ -117,9 +116,16 @@ def test_node_options_reach_prefect(prefect_harness, kit) -> None:
         state.result()
     assert kit.calls == {"flaky": 2, "stalls": 1}
     flow_runs = FlowRunFilter(id=FlowRunFilterId(any_=[state.state_details.flow_run_id]))
+    deadline = time.monotonic() + 20  # task runs reach the server through events
     with get_client(sync_client=True) as client:
-        runs = {run.name: run for run in client.read_task_runs(flow_run_filter=flow_runs)}
-    flaky = runs["flaky"]
+        while not (
+            found := [
+                r.id for r in client.read_task_runs(flow_run_filter=flow_runs) if r.name == "flaky"
+            ]
+        ):
+            assert time.monotonic() < deadline, "the flaky task run never reached the server"
+            time.sleep(0.2)
+    flaky = settled_task_run(found[0])
     assert flaky.tags == ["net"]
     assert (flaky.empirical_policy.retries, flaky.empirical_policy.retry_delay) == (1, 0.2)
     assert flaky.run_count == 2
