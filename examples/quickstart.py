@@ -85,16 +85,17 @@ def main() -> None:
     ada.join()
     print("== first run")
     for node, summary in first["decisions"].items():
-        print(f"  {node:18} {summary['action']:8} {summary.get('question') or ''}")
+        asked = "; ".join(
+            f"asked {a['question']!r}: {a['answer']}" for a in summary.get("answers", [])
+        )
+        print(f"  {node:18} {summary['action']:8} {asked}")
     print(f"  references: {first['outputs']['format_references']['references']}")
     calls = Counter(line["tool"] for line in worklog(os.environ[WORKLOG_ENV]))
     print(f"  tool calls: {dict(calls)}")
     print(f"  metrics:    {first['metrics']}")
 
     second = run_persona_graph(graph, "ada", QUERY, **options)
-    asked = [
-        node for node, summary in second["decisions"].items() if summary["action"] == "clarify"
-    ]
+    asked = [node for node, summary in second["decisions"].items() if summary.get("answers")]
     print("== second run")
     print(f"  questions asked: {asked or 'none'}")
     print(f"  references: {second['outputs']['format_references']['references']}")

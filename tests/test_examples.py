@@ -26,6 +26,7 @@ def test_quickstart_asks_once_runs_each_tool_once_and_remembers() -> None:
     assert (
         "tool calls: {'gather_sources': 1, 'draft': 1, 'format_references': 1, 'share': 1}" in out
     )
+    assert "format_references  final    asked 'Which citation style" in out
     assert "questions asked: none" in out
     assert out.count("[APA] Robertson 2009 (BM25)") == 2  # applied in both runs
     assert "'APA'" in out.split("persona memory now:")[1]
