@@ -203,8 +203,8 @@ class PersonaTask(Generic[P, R]):
         run_id = current_flow_run_id()
         with steps.active():
             for index, arguments in enumerate(elements):
-                futures.append(run.submit(**self._prepare(steps, arguments, index)))
-                _SUBMITTED.add(run_id, futures[-1:])  # an element's question waits for it
+                futures.append(run.submit(**self._prepare(steps, arguments, index, futures)))
+        _SUBMITTED.add(run_id, futures)  # registered once: each add sweeps what finished
         # Built as Prefect builds it; its Iterator base declares a __next__ it never has.
         return PrefectFutureList(futures)  # type: ignore[abstract]  # see above
 
@@ -220,9 +220,17 @@ class PersonaTask(Generic[P, R]):
         return steps.run_task(self.node.id, self.fn, self.options, self.arguments)
 
     def _prepare(
-        self, steps: NodeSteps, arguments: dict[str, Any], element: int | None = None
+        self,
+        steps: NodeSteps,
+        arguments: dict[str, Any],
+        element: int | None = None,
+        submitted: Sequence[PrefectFuture[Any]] = (),
     ) -> dict[str, Any]:
-        """The pre-hook (in the flow body); returns the run task's parameters."""
+        """The pre-hook (in the flow body); returns the run task's parameters.
+
+        A question waits for every persona run submitted before it in this flow run,
+        and for ``submitted`` (the elements of a ``.map()`` before this one).
+        """
         runtime = steps.runtime
         assert runtime.user_id is not None  # _steps checked it
         info = NodeInfo(id=self.node.id, instruction=self.node.instruction)
@@ -235,7 +243,7 @@ class PersonaTask(Generic[P, R]):
                 user_id=runtime.user_id,
                 query=runtime.query,
                 tools=[],
-                in_flight=_SUBMITTED.of(current_flow_run_id()),
+                in_flight=[*_SUBMITTED.of(current_flow_run_id()), *submitted],
                 element=element,
             )
         extra: dict[str, Any] = {"arguments": arguments}

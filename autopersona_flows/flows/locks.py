@@ -86,15 +86,15 @@ class FileLockManager(LockManager):
             return None
         return fd
 
-    def _take(self, key: str, holder: str) -> bool | None:
-        """True if taken (or already held by ``holder``), None if another holds it."""
+    def _take(self, key: str, holder: str) -> bool:
+        """Whether the lock is now ``holder``'s (taken, or held already); False if another's."""
         with self._guard:
             held = self._held.get(key)
         if held is not None and held[0] == holder:
             return True
         fd = self._try_acquire(key)
         if fd is None:
-            return None
+            return False
         with self._guard:
             self._held[key] = (holder, fd)
         return True
@@ -112,7 +112,7 @@ class FileLockManager(LockManager):
             True if taken (or already held by ``holder``); False on timeout.
         """
         deadline = None if acquire_timeout is None else time.monotonic() + acquire_timeout
-        while self._take(key, holder) is None:
+        while not self._take(key, holder):
             if deadline is not None and time.monotonic() >= deadline:
                 return False
             time.sleep(_POLL)
@@ -127,7 +127,7 @@ class FileLockManager(LockManager):
     ) -> bool:
         """`acquire_lock`, waiting without blocking the event loop."""
         deadline = None if acquire_timeout is None else time.monotonic() + acquire_timeout
-        while self._take(key, holder) is None:
+        while not self._take(key, holder):
             if deadline is not None and time.monotonic() >= deadline:
                 return False
             await asyncio.sleep(_POLL)
