@@ -142,11 +142,18 @@ def make_dirs(folder: Path) -> None:
         NotADirectoryError: If something that is not a folder is in the way.
     """
     missing = []
-    while not folder.is_dir():
-        if folder.exists() or folder.is_symlink():
-            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(folder))
-        missing.append(folder)
-        folder = folder.parent
+    while True:
+        # One stat per step: `is_dir()` then `exists()` would take a folder another
+        # writer creates between the two calls for a file in the way.
+        try:
+            if stat.S_ISDIR(folder.stat().st_mode):
+                break
+        except FileNotFoundError:
+            if not folder.is_symlink():  # a dangling link is in the way too
+                missing.append(folder)
+                folder = folder.parent
+                continue
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(folder))
     for new in reversed(missing):
         new.mkdir(exist_ok=True)  # another writer may have made it meanwhile
         fsync_dir(new.parent)

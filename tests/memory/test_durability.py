@@ -933,3 +933,35 @@ def test_writes_are_visible_to_other_instances_and_processes(
     b.delete(USER, "persona", from_child.id)
     live = [*live[:3], *live[4:], from_a]
     everyone_sees(live)
+
+
+def test_first_writes_of_many_instances_race_on_creating_the_folders(tmp_path: Path) -> None:
+    # Each round: a fresh store, 16 instances whose first write creates the same folders.
+    for round_ in range(30):
+        root = tmp_path / f"store-{round_}"
+        stores = [JsonlMemoryStore(root) for _ in range(16)]
+        start = threading.Barrier(len(stores))
+        errors: list[BaseException] = []
+
+        def first_write(
+            store: JsonlMemoryStore,
+            n: int,
+            start: threading.Barrier = start,
+            errors: list[BaseException] = errors,
+        ) -> None:
+            try:
+                start.wait()
+                store.add(USER, _persona(f"first-{n}"))
+            except BaseException as exc:  # reported by the main thread
+                errors.append(exc)
+
+        threads = [
+            threading.Thread(target=first_write, args=(store, n), daemon=True)
+            for n, store in enumerate(stores)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=TIMEOUT)
+        assert not errors, errors
+        assert len(JsonlMemoryStore(root).list(USER, "persona")) == len(stores)
