@@ -9,7 +9,9 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, Unpack, cast, overload
 from uuid import UUID
 
+from prefect.context import FlowRunContext
 from prefect.futures import PrefectFuture, PrefectFutureList
+from prefect.task_runners import ThreadPoolTaskRunner
 
 from autopersona_flows.agent.decisions import (
     ClarifyDecision,
@@ -169,7 +171,7 @@ class PersonaTask(Generic[P, R]):
         As Prefect's ``Task.submit``, it is sync for ``async def`` functions too, and
         the future's result is the function's result.
         """
-        steps = self._steps()
+        steps = self._steps(submitted=True)
         arguments = self.arguments.bind(args, kwargs)
         self.arguments.check(arguments, resolved=False)
         run = self._run_task(steps)
@@ -194,7 +196,7 @@ class PersonaTask(Generic[P, R]):
         pre-hook and the function in steps of its own, keyed by its index, so each
         is cached (and replayed) on its own.
         """
-        steps = self._steps()
+        steps = self._steps(submitted=True)
         elements = self.arguments.expand(args, kwargs)
         for arguments in elements:  # all checked before any runs
             self.arguments.check(arguments, resolved=False)
@@ -208,7 +210,15 @@ class PersonaTask(Generic[P, R]):
         # Built as Prefect builds it; its Iterator base declares a __next__ it never has.
         return PrefectFutureList(futures)  # type: ignore[abstract]  # see above
 
-    def _steps(self) -> NodeSteps:
+    def _steps(self, *, submitted: bool = False) -> NodeSteps:
+        runner = getattr(FlowRunContext.get(), "task_runner", None)
+        if submitted and runner is not None and not isinstance(runner, ThreadPoolTaskRunner):
+            # Its function and arguments live in this process (a graph's tools do not).
+            raise FlowConfigurationError(
+                f"{self.node.id!r} was submitted to a {type(runner).__name__}: persona tasks "
+                "submit only to a thread-based task runner (the default ThreadPoolTaskRunner); "
+                "call it directly, or run a persona graph, whose nodes run on any task runner"
+            )
         runtime = current_runtime()
         if runtime.user_id is None:
             raise FlowConfigurationError(

@@ -15,10 +15,10 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from autopersona_flows.agent.agent import PersonaAgent
 from autopersona_flows.agent.decisions import ClarifyDecision, FinalDecision, NodeInfo
-from autopersona_flows.errors import FlowConfigurationError, GraphError
+from autopersona_flows.errors import GraphError
 from autopersona_flows.flows._sync import blocking
 from autopersona_flows.flows.context import AnsweredQuestion
-from autopersona_flows.flows.graph import GraphSpec, TaskGraph, resolve_tool
+from autopersona_flows.flows.graph import GraphSpec, TaskGraph, import_path, resolve_tool
 from autopersona_flows.flows.runtime import current_runtime, persona_runtime
 from autopersona_flows.flows.settings import load_settings
 from autopersona_flows.flows.tasks import NodeSteps, StepCounter, episode_of
@@ -128,14 +128,16 @@ def _run_graph(
     check_user_id(user_id)
     context = FlowRunContext.get()
     runner = context.task_runner if context is not None else None
-    if runner is not None and not isinstance(runner, ThreadPoolTaskRunner):
-        # Persona tasks call back into this process for the agent and the tools.
-        raise FlowConfigurationError(
-            f"persona graphs need a thread-based task runner (the default "
-            f"ThreadPoolTaskRunner), not {type(runner).__name__}"
-        )
+    # On a runner of other processes (Dask, a process pool), the run tasks hold nothing
+    # of this one: every node is decided here and its tool imported there by path.
+    elsewhere = runner is not None and not isinstance(runner, ThreadPoolTaskRunner)
     tools_by_node = {
         node_id: resolve_tool(node.tool, allowed=allowed) for node_id, node in graph.nodes.items()
+    }
+    paths = {
+        node_id: import_path(node.tool, node_id)
+        for node_id, node in graph.nodes.items()
+        if elsewhere
     }
     runtime = current_runtime()
     counter = StepCounter()
@@ -148,7 +150,7 @@ def _run_graph(
             info = NodeInfo(id=node.id, instruction=node.instruction)
             decision: FinalDecision | ClarifyDecision | None = None
             answers: list[AnsweredQuestion] = []
-            if steps.may_ask(node.requires):
+            if elsewhere or steps.may_ask(node.requires):
                 decision, answers = steps.prepare(
                     info,
                     requirements=node.requires,
@@ -157,7 +159,11 @@ def _run_graph(
                     tools=tools,
                     in_flight=list(futures.values()),
                 )
-            run = steps.run_task(node.id, tools_by_node[node_id], node.task_options())
+            tool, options = tools_by_node[node_id], node.task_options()
+            if elsewhere:
+                run = steps.remote_task(node.id, tool, options)
+            else:
+                run = steps.run_task(node.id, tool, options)
             inputs = {dependency: futures[dependency] for dependency in node.depends_on}
             futures[node_id] = run.submit(
                 episode_id=steps.episode_id,
@@ -171,6 +177,7 @@ def _run_graph(
                     answers=answers,
                     inputs=inputs,
                     tools=tools,
+                    tool_path=paths.get(node_id),
                 ),
             )
         wait(list(futures.values()))
@@ -178,6 +185,8 @@ def _run_graph(
     outputs = {node_id: result["output"] for node_id, result in results.items()}
     decisions = {node_id: result["decision"] for node_id, result in results.items()}
     cached = sum(future.state.name == "Cached" for future in futures.values())
+    if elsewhere:  # counted where they ran, in other processes
+        counter.tool_executions = len(futures) - cached
     _decision_table(decisions)
     return {
         "outputs": outputs,

@@ -103,6 +103,30 @@ def resolve_tool(
     return target
 
 
+def import_path(tool: Callable[..., Any] | str, node_id: str) -> str:
+    """The path a process of a task runner imports ``tool`` by (see `resolve_tool`).
+
+    Raises:
+        GraphError: If ``tool`` cannot be imported by a path that leads back to it
+            (a nested function, a lambda, a method, a callable object).
+    """
+    if isinstance(tool, str):
+        return tool
+    path = f"{getattr(tool, '__module__', None)}:{getattr(tool, '__qualname__', None)}"
+    try:
+        found = resolve_tool(path)
+    except GraphError:
+        found = None
+    if found is not tool:
+        raise GraphError(
+            f"the tool of {node_id!r} ({tool!r}) cannot be imported by path ({path!r}): a "
+            "task runner of other "
+            "processes (Dask, a process pool) imports each tool there; define it at the top "
+            "level of a module"
+        )
+    return path
+
+
 class TaskNode(BaseModel):
     """One step of a task graph.
 

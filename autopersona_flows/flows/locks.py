@@ -57,6 +57,11 @@ class FileLockManager(LockManager):
     def __deepcopy__(self, memo: dict[int, Any]) -> FileLockManager:
         return self  # a service shared by whoever holds it, as Prefect's managers are
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A task sent to another process (Dask) takes the manager of its folder there:
+        # the locks this process holds are this process's, its files shared by both.
+        return (_manager, (self._folder,))
+
     @property
     def folder(self) -> Path:
         """The folder of the lock files."""
@@ -205,6 +210,9 @@ def step_locks(storage: Path | WritableFileSystem | None) -> FileLockManager:
         folder = storage / ".locks"
     elif isinstance(storage, LocalFileSystem):
         folder = Path(storage.basepath or ".").expanduser() / ".locks"
-    folder = folder.resolve() if folder is not None else None
+    return _manager(folder.resolve() if folder is not None else None)
+
+
+def _manager(folder: Path | None) -> FileLockManager:
     with _MANAGERS_GUARD:
         return _MANAGERS.setdefault(folder, FileLockManager(folder))

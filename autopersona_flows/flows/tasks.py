@@ -37,6 +37,7 @@ from autopersona_flows.flows.arguments import ToolArguments
 from autopersona_flows.flows.clarification import ask, response_key
 from autopersona_flows.flows.context import AnsweredQuestion, NodeContext
 from autopersona_flows.flows.episodes import Asking, EpisodeAnswers
+from autopersona_flows.flows.graph import resolve_tool
 from autopersona_flows.flows.options import (
     DEFAULT_TASK_OPTIONS,
     PRE_HOOK_OPTIONS,
@@ -93,8 +94,8 @@ def _active() -> NodeSteps:
     steps = _ACTIVE.get()
     if steps is None:
         raise FlowConfigurationError(
-            "a persona task ran outside the process of the flow run that called it: persona "
-            "graphs need a thread-based task runner (the default ThreadPoolTaskRunner)"
+            "a persona task ran outside the process of the flow run that called it: it "
+            "needs a thread-based task runner (the default ThreadPoolTaskRunner)"
         )
     return steps
 
@@ -116,6 +117,25 @@ def _run(episode_id: str, node_id: str, inputs: dict[str, Any]) -> Any:
 
 async def _arun(episode_id: str, node_id: str, inputs: dict[str, Any]) -> Any:
     return await _active().arun(node_id, inputs)
+
+
+# A graph node's run task on a runner of other processes (Dask, a process pool): it
+# holds nothing of the flow's process, the tool by import path and the decision made
+# in the flow body are in its inputs.
+def _run_elsewhere(episode_id: str, node_id: str, inputs: dict[str, Any]) -> Any:
+    return _elsewhere(node_id, inputs, resolve_tool(inputs["tool"]))
+
+
+async def _arun_elsewhere(episode_id: str, node_id: str, inputs: dict[str, Any]) -> Any:
+    decision, context = _node_context(inputs)
+    output = await resolve_tool(inputs["tool"])(context)
+    return _graph_result(node_id, decision, context, output)
+
+
+def _elsewhere(node_id: str, inputs: dict[str, Any], tool: Callable[..., Any]) -> Any:
+    decision, context = _node_context(inputs)
+    output = _sync_output(node_id, tool(context))
+    return _graph_result(node_id, decision, context, output)
 
 
 @dataclass(frozen=True)
@@ -331,6 +351,18 @@ class NodeSteps:
         run_name = RunName(node_id, options.get("task_run_name"))
         return self._task(_arun if is_async(tool) else _run, "run", node_id, options, run_name)
 
+    def remote_task(
+        self, node_id: str, tool: Callable[..., Any], options: PersonaTaskOptions
+    ) -> Task:
+        """`run_task` for a runner of other processes (Dask, a process pool).
+
+        Its task holds nothing of this process: its inputs must carry the decision
+        made in the flow body and the ``tool``'s import path (see `import_path`).
+        """
+        run_name = RunName(node_id, options.get("task_run_name"))
+        fn = _arun_elsewhere if is_async(tool) else _run_elsewhere
+        return self._task(fn, "run", node_id, options, run_name)
+
     def run(self, node_id: str, inputs: dict[str, Any]) -> Any:
         """The run task's work: decide if the body did not, then call the tool.
 
@@ -339,15 +371,8 @@ class NodeSteps:
         `may_ask`) and the tool's output, both small on purpose (Prefect walks every
         result a dependent receives); a `persona_task`'s output alone.
         """
-        tool, decision, context, (args, kwargs) = self._start(node_id, inputs)
-        output = tool.fn(context, *args, **kwargs)
-        if inspect.isawaitable(output):
-            if inspect.iscoroutine(output):
-                output.close()  # never awaited, on purpose
-            raise NodeOutputError(
-                f"the tool of {node_id!r} returned an awaitable: declare it `async def` so its "
-                "run task awaits it"
-            )
+        tool, (decision, context), (args, kwargs) = self._start(node_id, inputs)
+        output = _sync_output(node_id, tool.fn(context, *args, **kwargs))
         return self._finish(node_id, tool, decision, context, output)
 
     async def arun(self, node_id: str, inputs: dict[str, Any]) -> Any:
@@ -359,7 +384,7 @@ class NodeSteps:
             started = await asyncio.to_thread(self._start, node_id, inputs)
         else:
             started = self._start(node_id, inputs)
-        tool, decision, context, (args, kwargs) = started
+        tool, (decision, context), (args, kwargs) = started
         output = await tool.fn(context, *args, **kwargs)
         return self._finish(node_id, tool, decision, context, output)
 
@@ -367,27 +392,25 @@ class NodeSteps:
         self, node_id: str, inputs: dict[str, Any]
     ) -> tuple[
         _Tool,
-        FinalDecision | ClarifyDecision,
-        NodeContext,
+        tuple[FinalDecision | ClarifyDecision, NodeContext],
         tuple[tuple[Any, ...], dict[str, Any]],
     ]:
-        """The tool, its decision (made now if the body did not), context and arguments."""
+        """The tool, its decision (made now if the body did not) and context, its arguments."""
         tool = self._tools[node_id]
         call: tuple[tuple[Any, ...], dict[str, Any]] = ((), {})
         if tool.arguments is not None:
             # Resolved by Prefect by now, futures and all; checked before the tool runs.
             tool.arguments.check(inputs["arguments"], resolved=True)
             call = tool.arguments.call(inputs["arguments"])
-        node = NodeInfo.model_validate(inputs["node"])
-        raw = inputs["decision"]
-        if raw is None:
+        decision = inputs["decision"]
+        if decision is None:
             self.counter.add("decisions")
             agent = self.runtime.agent
             made = agent.decide(
                 PersonaRequest(
                     user_id=inputs["user_id"],
                     query=inputs["query"],
-                    node=node,
+                    node=NodeInfo.model_validate(inputs["node"]),
                     requirements=inputs["requirements"],
                     additional_tools=inputs["tools"],
                 )
@@ -397,19 +420,9 @@ class NodeSteps:
                     f"{agent.policy!r} declares it never asks for a node without required "
                     f"requirements, but asked {made.question!r} for {node_id!r}"
                 )
-            raw = _json.loads(made.model_dump_json(exclude=_EMBEDDINGS))
-        decision = parse_decision(_json.dumps(raw))
+            decision = _json.loads(made.model_dump_json(exclude=_EMBEDDINGS))
         self.counter.add("tool_executions")
-        context = NodeContext.build(
-            node=node,
-            user_id=inputs["user_id"],
-            query=inputs["query"],
-            decision=decision,
-            answers=[AnsweredQuestion.model_validate(a) for a in inputs["answers"]],
-            inputs={name: result["output"] for name, result in inputs["inputs"].items()},
-            tools=inputs["tools"],
-        )
-        return tool, decision, context, call
+        return tool, _node_context(inputs | {"decision": decision}), call
 
     @staticmethod
     def _finish(
@@ -419,10 +432,9 @@ class NodeSteps:
         context: NodeContext,
         output: Any,
     ) -> Any:
-        output = json_inputs(output, f"the output of {node_id!r}")
         if tool.arguments is not None:
-            return output
-        return {"decision": summarise(decision, context.answers), "output": output}
+            return json_inputs(output, f"the output of {node_id!r}")
+        return _graph_result(node_id, decision, context, output)
 
     @staticmethod
     def run_inputs(
@@ -435,13 +447,29 @@ class NodeSteps:
         answers: list[AnsweredQuestion],
         inputs: dict[str, Any],
         tools: list[str],
+        tool_path: str | None = None,
         **extra: Any,
     ) -> dict[str, Any]:
         """The run task's inputs: everything its result depends on, as JSON.
 
         ``decision`` is ``None`` for a node decided inside its run task; ``inputs``
-        are the run results (or their futures) of the nodes it depends on.
+        are the run results (or their futures) of the nodes it depends on. With a
+        ``tool_path``, the inputs are those of a `remote_task`: they carry it, and
+        their values are plain (Dask sends Prefect's annotations, tuples, as lists).
         """
+        if tool_path is not None:
+            return {
+                "node": _json.loads(node.model_dump_json()),
+                "user_id": user_id,
+                "query": query,
+                "requirements": [_json.loads(r.model_dump_json()) for r in requirements],
+                "decision": None if decision is None else _json.loads(decision.model_dump_json()),
+                "answers": [a.model_dump(mode="json") for a in answers],
+                "inputs": inputs,
+                "tools": tools,
+                "tool": tool_path,
+                **extra,
+            }
         # Quoted: Prefect would otherwise walk every item of them on each call; only
         # the upstream futures need resolving, and `opaque` resolves them unwalked.
         return {
@@ -457,6 +485,42 @@ class NodeSteps:
             "tools": quote(tools),
             **extra,
         }
+
+
+def _node_context(
+    inputs: dict[str, Any],
+) -> tuple[FinalDecision | ClarifyDecision, NodeContext]:
+    """The decision in a run task's ``inputs`` (made by now) and the `NodeContext` of them."""
+    decision = parse_decision(_json.dumps(inputs["decision"]))
+    return decision, NodeContext.build(
+        node=NodeInfo.model_validate(inputs["node"]),
+        user_id=inputs["user_id"],
+        query=inputs["query"],
+        decision=decision,
+        answers=[AnsweredQuestion.model_validate(a) for a in inputs["answers"]],
+        inputs={name: result["output"] for name, result in inputs["inputs"].items()},
+        tools=inputs["tools"],
+    )
+
+
+def _sync_output(node_id: str, output: Any) -> Any:
+    """A sync tool's ``output``, refused if it is an awaitable (the tool is not ``async def``)."""
+    if inspect.isawaitable(output):
+        if inspect.iscoroutine(output):
+            output.close()  # never awaited, on purpose
+        raise NodeOutputError(
+            f"the tool of {node_id!r} returned an awaitable: declare it `async def` so its "
+            "run task awaits it"
+        )
+    return output
+
+
+def _graph_result(
+    node_id: str, decision: FinalDecision | ClarifyDecision, context: NodeContext, output: Any
+) -> dict[str, Any]:
+    """A graph node's run result: a summary of its decision, and its output."""
+    output = json_inputs(output, f"the output of {node_id!r}")
+    return {"decision": summarise(decision, context.answers), "output": output}
 
 
 def summarise(

@@ -20,7 +20,6 @@ from prefect.client.schemas.filters import (
 )
 from prefect.client.schemas.objects import Artifact, StateType, TaskRun
 from prefect.flow_runs import resume_flow_run
-from prefect.task_runners import ProcessPoolTaskRunner
 
 from autopersona_flows.agent import (
     ClarifyDecision,
@@ -30,7 +29,6 @@ from autopersona_flows.agent import (
 )
 from autopersona_flows.errors import (
     ClarificationTimeoutError,
-    FlowConfigurationError,
     NodeOutputError,
     PolicyError,
     StoreUnavailableError,
@@ -501,15 +499,3 @@ def test_a_policy_breaking_its_promise_fails_the_node_before_its_tool(kit) -> No
         state.state_details.flow_run_id, lambda r: state_of(r.get("draft")) == StateType.FAILED
     )
     assert runs["draft"].run_count == 1
-
-
-def test_a_process_based_task_runner_is_refused_clearly(kit) -> None:
-    graph = TaskGraph([TaskNode(id="fetch", tool=kit.record)])
-    in_processes = persona_graph.with_options(task_runner=ProcessPoolTaskRunner(max_workers=1))
-
-    with (
-        persona_runtime(kit.agent, **FAST),
-        pytest.raises(FlowConfigurationError, match="thread-based task runner"),
-    ):
-        in_processes(graph=graph, user_id=USER, query=QUERY)
-    assert kit.calls == {}
