@@ -54,6 +54,10 @@ class Requirement(_Model):
         layers: Where evidence for it may come from: by default every layer, so that
             choices repeated in past tasks count too.
         required: Whether the node must not run without it.
+        ask: When to ask for it if memory lacks it: ``"early"``, before a graph's
+            first tool runs, together with every other missing requirement; or
+            ``"at_node"``, when its node is reached (for what depends on the work
+            done before it).
     """
 
     name: NonBlank
@@ -64,6 +68,7 @@ class Requirement(_Model):
     # Python mode, where a strict tuple would refuse the JSON array.
     layers: Annotated[tuple[MemoryLayer, ...], Field(strict=False)] = LAYERS
     required: bool = True
+    ask: Literal["early", "at_node"] = "early"
 
     def __init__(self, name: str | None = None, /, **data: Any) -> None:
         if name is not None:

@@ -14,10 +14,16 @@ from prefect.futures import PrefectFuture, wait
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from autopersona_flows.agent.agent import PersonaAgent
-from autopersona_flows.agent.decisions import ClarifyDecision, FinalDecision, NodeInfo
+from autopersona_flows.agent.decisions import (
+    ClarifyDecision,
+    FinalDecision,
+    NodeInfo,
+    PersonaRequest,
+)
 from autopersona_flows.errors import GraphError
 from autopersona_flows.flows._sync import blocking
 from autopersona_flows.flows.context import AnsweredQuestion
+from autopersona_flows.flows.early import ask_early
 from autopersona_flows.flows.graph import GraphSpec, TaskGraph, import_path, resolve_tool
 from autopersona_flows.flows.runtime import current_runtime, persona_runtime
 from autopersona_flows.flows.settings import load_settings
@@ -145,12 +151,15 @@ def _run_graph(
     tools = list(graph.order)
     futures: dict[str, PrefectFuture[Any]] = {}
     with steps.active():
+        early = ask_early(steps, graph, user_id=user_id, query=query, tools=tools)
         for node_id in graph.order:
             node = graph.nodes[node_id]
             info = NodeInfo(id=node.id, instruction=node.instruction)
             decision: FinalDecision | ClarifyDecision | None = None
             answers: list[AnsweredQuestion] = []
-            if elsewhere or steps.may_ask(node.requires):
+            if node_id in early.decided:
+                decision = early.decided[node_id]
+            elif elsewhere or steps.may_ask(node.requires):
                 decision, answers = steps.prepare(
                     info,
                     requirements=node.requires,
@@ -158,7 +167,17 @@ def _run_graph(
                     query=query,
                     tools=tools,
                     in_flight=list(futures.values()),
+                    answered=early.answers.get(node_id),
                 )
+            else:
+                request = PersonaRequest(
+                    user_id=user_id,
+                    query=query,
+                    node=info,
+                    requirements=node.requires,
+                    additional_tools=tools,
+                )
+                steps.decide_ahead(node_id, request, node.depends_on)
             tool, options = tools_by_node[node_id], node.task_options()
             if elsewhere:
                 run = steps.remote_task(node.id, tool, options)

@@ -13,8 +13,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import itertools
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, cast
@@ -107,6 +109,10 @@ def _decide(episode_id: str, node_id: str, inputs: dict[str, Any]) -> Any:
     return _active().decide(inputs)
 
 
+def _check(episode_id: str, node_id: str, inputs: dict[str, Any]) -> Any:
+    return _active().check(inputs)
+
+
 def _learn(episode_id: str, node_id: str, inputs: dict[str, Any]) -> Any:
     return _active().learn(node_id, inputs)
 
@@ -172,6 +178,11 @@ class NodeSteps:
         self.counter = counter
         self._tools: dict[str, _Tool] = {}
         self._learning: dict[str, ClarifyDecision] = {}
+        # Decisions of nodes decided in their run task, started early (see `decide_ahead`).
+        self._later: dict[str, tuple[PersonaRequest, list[str]]] = {}
+        self._ahead: dict[str, Future[FinalDecision | ClarifyDecision]] = {}
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
 
     @contextlib.contextmanager
     def active(self) -> Iterator[NodeSteps]:
@@ -181,6 +192,37 @@ class NodeSteps:
             yield self
         finally:
             _ACTIVE.reset(token)
+            if self._pool is not None:
+                self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def decide_ahead(self, node_id: str, request: PersonaRequest, upstream: list[str]) -> None:
+        """Let the decision of a node decided in its run task start before that task does.
+
+        A run task waits for its upstream nodes, and a decision needs none of their
+        outputs: it is started, in a thread of these steps, as soon as the tool of
+        an ``upstream`` node starts, so it is made while that tool works. A node
+        whose upstream steps all come from the cache (a replay) starts none.
+        """
+        if upstream:
+            self._later[node_id] = (request, upstream)
+
+    def _start_dependents(self, node_id: str) -> None:
+        with self._pool_lock:
+            for later, (request, upstream) in list(self._later.items()):
+                if node_id in upstream:
+                    del self._later[later]
+                    if self._pool is None:
+                        self._pool = ThreadPoolExecutor(1, thread_name_prefix="decide-ahead")
+                    self._ahead[later] = self._pool.submit(self.runtime.agent.decide, request)
+
+    def _decided(self, node_id: str, request: PersonaRequest) -> FinalDecision | ClarifyDecision:
+        """The decision started ahead for ``node_id`` (made here if it has not started)."""
+        with self._pool_lock:
+            self._later.pop(node_id, None)
+            ahead = self._ahead.pop(node_id, None)
+        if ahead is None or ahead.cancel():
+            return self.runtime.agent.decide(request)
+        return ahead.result()
 
     def _task(
         self,
@@ -207,6 +249,19 @@ class NodeSteps:
         # Embeddings would only weigh down every stored result and cache key.
         return _json.loads(decision.model_dump_json(exclude=_EMBEDDINGS))
 
+    def check(self, inputs: dict[str, Any]) -> Any:
+        """The check task's work: decide each request in ``inputs`` (see `early`)."""
+        decisions = []
+        for request in inputs["requests"]:
+            self.counter.add("decisions")
+            decision = self.runtime.agent.decide(PersonaRequest.model_validate(request))
+            decisions.append(_json.loads(decision.model_dump_json(exclude=_EMBEDDINGS)))
+        return decisions
+
+    def check_task(self) -> Task:
+        """The task that decides, before any work, which requirements memory lacks."""
+        return self._task(_check, "decide", "check-requirements", PRE_HOOK_OPTIONS)
+
     def learn(self, node_id: str, inputs: dict[str, Any]) -> Any:
         """The learn task's work: remember the answer to the node's question."""
         decision = self._learning[node_id]
@@ -226,6 +281,7 @@ class NodeSteps:
         tools: list[str],
         in_flight: list[Any],
         element: int | None = None,
+        answered: list[AnsweredQuestion] | None = None,
     ) -> tuple[FinalDecision | ClarifyDecision, list[AnsweredQuestion]]:
         """The pre-hook: decide, and while the decision is a question, ask, learn, decide again.
 
@@ -234,7 +290,8 @@ class NodeSteps:
         nothing again. A question already answered at this node is not asked
         twice: the node then runs with the answers it has. Each ``element`` of a
         ``.map()`` decides in steps of its own (the index is in their keys); an
-        answer one element got is in memory when the next decides.
+        answer one element got is in memory when the next decides. ``answered``
+        are the questions of the node's requirements answered before (see `early`).
 
         Returns:
             The decision the node runs with, and the questions answered before it.
@@ -254,9 +311,9 @@ class NodeSteps:
         )
         if element is not None:
             request["element"] = element
-        answered: list[AnsweredQuestion] = []
-        while True:
-            suffix = f"-{len(answered) + 1}" if answered else ""
+        answered = list(answered or [])
+        for round_ in itertools.count(1):
+            suffix = f"-{round_}" if round_ > 1 else ""
             given = [a.model_dump(mode="json") for a in answered]
             name = f"decide-{node.id}{suffix}"
             run_name = None if element is None else RunName(name)
@@ -276,26 +333,31 @@ class NodeSteps:
                     f"{node.id!r}, which has {len(requirements)} requirements: last "
                     f"{decision.question!r}"
                 )
-            answer = self._answer(node.id, user_id, decision, in_flight)
-            self._learning[node.id] = decision
-            learned: dict[str, Any] = cast(  # a sync task's result, not a coroutine
-                dict[str, Any],
-                self._task(_learn, "learn", f"learn-{node.id}{suffix}", PRE_HOOK_OPTIONS)(
-                    episode_id=self.episode_id,
-                    node_id=node.id,
-                    inputs={"question": decision.question, "answer": answer, "user_id": user_id},
-                ),
-            )
-            answered.append(
-                AnsweredQuestion(
-                    question=decision.question,
-                    requirement=decision.requirement,
-                    answer=answer,
-                    memory_id=learned["memory_id"],
-                )
-            )
+            answer = self.answer(node.id, user_id, decision, in_flight)
+            answered.append(self.remember(node.id, suffix, user_id, decision, answer))
+        raise AssertionError("unreachable: the rounds never end")
 
-    def _answer(
+    def remember(
+        self, node_id: str, suffix: str, user_id: str, decision: ClarifyDecision, answer: str
+    ) -> AnsweredQuestion:
+        """Learn the ``answer`` to the question of ``decision`` in a learn step of the node."""
+        self._learning[node_id] = decision
+        learned: dict[str, Any] = cast(  # a sync task's result, not a coroutine
+            dict[str, Any],
+            self._task(_learn, "learn", f"learn-{node_id}{suffix}", PRE_HOOK_OPTIONS)(
+                episode_id=self.episode_id,
+                node_id=node_id,
+                inputs={"question": decision.question, "answer": answer, "user_id": user_id},
+            ),
+        )
+        return AnsweredQuestion(
+            question=decision.question,
+            requirement=decision.requirement,
+            answer=answer,
+            memory_id=learned["memory_id"],
+        )
+
+    def answer(
         self, node_id: str, user_id: str, decision: ClarifyDecision, in_flight: list[Any]
     ) -> str:
         """The answer to ``decision``: kept from an earlier run of the episode, or asked."""
@@ -405,23 +467,15 @@ class NodeSteps:
         decision = inputs["decision"]
         if decision is None:
             self.counter.add("decisions")
-            agent = self.runtime.agent
-            made = agent.decide(
-                PersonaRequest(
-                    user_id=inputs["user_id"],
-                    query=inputs["query"],
-                    node=NodeInfo.model_validate(inputs["node"]),
-                    requirements=inputs["requirements"],
-                    additional_tools=inputs["tools"],
-                )
-            )
+            made = self._decided(node_id, run_request(inputs))
             if isinstance(made, ClarifyDecision):
                 raise PolicyError(
-                    f"{agent.policy!r} declares it never asks for a node without required "
-                    f"requirements, but asked {made.question!r} for {node_id!r}"
+                    f"{self.runtime.agent.policy!r} declares it never asks for a node without "
+                    f"required requirements, but asked {made.question!r} for {node_id!r}"
                 )
             decision = _json.loads(made.model_dump_json(exclude=_EMBEDDINGS))
         self.counter.add("tool_executions")
+        self._start_dependents(node_id)
         return tool, _node_context(inputs | {"decision": decision}), call
 
     @staticmethod
@@ -485,6 +539,17 @@ class NodeSteps:
             "tools": quote(tools),
             **extra,
         }
+
+
+def run_request(inputs: dict[str, Any]) -> PersonaRequest:
+    """The request a node is decided on, from its run task's ``inputs``."""
+    return PersonaRequest(
+        user_id=inputs["user_id"],
+        query=inputs["query"],
+        node=NodeInfo.model_validate(inputs["node"]),
+        requirements=inputs["requirements"],
+        additional_tools=inputs["tools"],
+    )
 
 
 def _node_context(

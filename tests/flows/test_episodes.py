@@ -48,7 +48,10 @@ def tool(context):
     return {"node": context.node.id, "answer": context.answer}
 
 
-citation = Requirement("citation style", options=["APA", "MLA"], question=question)
+# Asked at its node, so the tools before it have run when the run crashes.
+citation = Requirement(
+    "citation style", options=["APA", "MLA"], question=question, ask="at_node"
+)
 graph = TaskGraph(
     [
         TaskNode(id="fetch", tool=tool),

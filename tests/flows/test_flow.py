@@ -446,8 +446,9 @@ def test_only_nodes_that_may_ask_get_a_decide_task(kit) -> None:
     result = state.result()
 
     # The default policy never asks without a required requirement: only 'draft' is
-    # decided in the flow body; the others inside their one run task.
-    names = ["fetch", "outline", "draft", "send", "decide-draft"]
+    # decided in the flow body, by the check of its one requirement before any tool
+    # runs (memory holds it: no question); the others inside their one run task.
+    names = ["fetch", "outline", "draft", "send", "check-requirements"]
     runs = task_runs(state.state_details.flow_run_id, lambda r: set(r) >= set(names))
     assert sorted(runs) == sorted(names)
     assert result["metrics"]["decisions"] == 4

@@ -1,0 +1,111 @@
+"""Asking early: what a graph needs and memory lacks, asked before its first tool runs.
+
+A question is worth most before work starts: once part of the work is done on a
+guess, the answer may undo it. So before a graph runs a single tool, every required
+requirement its nodes declare (``ask="early"``, the default) is checked against
+memory, and each one memory cannot answer is asked, once however many nodes need
+it. The nodes then decide with the answers in memory, and with the questions
+answered in their inputs, so a replay rebuilds exactly the same steps.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, cast
+
+from autopersona_flows import _json
+from autopersona_flows.agent.decisions import (
+    FinalDecision,
+    NodeInfo,
+    PersonaRequest,
+    Requirement,
+    parse_decision,
+)
+from autopersona_flows.flows.context import AnsweredQuestion
+from autopersona_flows.flows.graph import TaskGraph, TaskNode
+from autopersona_flows.flows.tasks import NodeSteps
+
+__all__ = ["Early", "ask_early", "early_requirements"]
+
+
+def early_requirements(graph: TaskGraph) -> list[tuple[TaskNode, Requirement]]:
+    """The required requirements of ``graph`` to check before it runs, each name once.
+
+    In the order the graph runs its nodes; a requirement several nodes declare is
+    checked (and asked) at the first of them.
+    """
+    seen: set[str] = set()
+    found = []
+    for node_id in graph.order:
+        node = graph.nodes[node_id]
+        for requirement in node.requires:
+            name = requirement.name.casefold()
+            if requirement.required and requirement.ask == "early" and name not in seen:
+                seen.add(name)
+                found.append((node, requirement))
+    return found
+
+
+class Early(NamedTuple):
+    """What asking early found out, by node.
+
+    Attributes:
+        answers: The questions of each node's requirements answered early.
+        decided: The final decisions of the nodes whose one requirement was
+            checked: their request was the node's own, so it is their decision.
+    """
+
+    answers: dict[str, list[AnsweredQuestion]]
+    decided: dict[str, FinalDecision]
+
+
+def ask_early(
+    steps: NodeSteps, graph: TaskGraph, *, user_id: str, query: str, tools: list[str]
+) -> Early:
+    """Ask what the graph needs and memory lacks, before any of its tools runs.
+
+    One check step decides each early requirement on its own (a request naming
+    only it), so the agent says for each whether memory holds it; each it asks
+    about is asked now and its answer learned, in steps of the node that declares it
+    first. Nothing is asked if memory holds everything.
+    """
+    checks = early_requirements(graph)
+    if not checks:
+        return Early({}, {})
+    requests = [
+        PersonaRequest(
+            user_id=user_id,
+            query=query,
+            node=NodeInfo(id=node.id, instruction=node.instruction),
+            requirements=[requirement],
+            additional_tools=tools,
+        )
+        for node, requirement in checks
+    ]
+    raw = cast(  # a sync task's result, not a coroutine
+        list[Any],
+        steps.check_task()(
+            episode_id=steps.episode_id,
+            node_id="check-requirements",
+            inputs={"requests": [_json.loads(r.model_dump_json()) for r in requests]},
+        ),
+    )
+    answered: dict[str, AnsweredQuestion] = {}  # by requirement name, casefolded
+    decided: dict[str, FinalDecision] = {}
+    for (node, requirement), made in zip(checks, raw, strict=True):
+        decision = parse_decision(_json.dumps(made))
+        if isinstance(decision, FinalDecision):
+            if node.requires == [requirement]:
+                decided[node.id] = decision
+        else:
+            # The request names only this requirement: the question is about it.
+            decision = decision.model_copy(update={"requirement": requirement.name})
+            answer = steps.answer(node.id, user_id, decision, [])
+            learned = steps.remember(node.id, "-early", user_id, decision, answer)
+            answered[requirement.name.casefold()] = learned
+    answers = {
+        node_id: [
+            answered[r.name.casefold()] for r in node.requires if r.name.casefold() in answered
+        ]
+        for node_id, node in graph.nodes.items()
+    }
+    return Early(answers, decided)

@@ -1,0 +1,157 @@
+"""Asking early: what a graph needs and memory lacks is asked before its first tool runs."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from prefect.flow_runs import resume_flow_run
+
+from autopersona_flows.agent import Requirement
+from autopersona_flows.flows import (
+    PendingClarification,
+    TaskGraph,
+    TaskNode,
+    pending_clarifications,
+    run_persona_graph,
+)
+from autopersona_flows.flows.early import early_requirements
+from autopersona_flows.memory import PersonaMemory
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+
+USER = "ada"
+QUERY = "Finish my paper on retrieval and share it"
+CITATION = Requirement("citation style", options=["APA", "MLA"])
+CHANNEL = Requirement("sharing channel", question="Where should the paper be shared?")
+REVIEWER = Requirement(
+    "reviewer", question="Who should review the draft?", ask="at_node", options=["Bo", "Cy"]
+)
+FAST = {"poll_interval": 0.3, "pause_timeout": 60}
+ANSWERS = {"citation": "MLA", "shared": "the team channel", "review": "Bo"}
+
+
+class Answering(threading.Thread):
+    """Plays the person: answers each question, noting which tools had run by then."""
+
+    def __init__(self, kit: Any) -> None:
+        super().__init__(daemon=True)
+        self.kit = kit
+        self.asked: list[tuple[str, dict[str, int]]] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        seen: set[tuple[Any, str]] = set()
+        while not self.stop.wait(0.1):
+            for waiting in pending_clarifications():
+                if (waiting.flow_run_id, waiting.key) not in seen:
+                    seen.add((waiting.flow_run_id, waiting.key))
+                    self.answer(waiting)
+
+    def answer(self, waiting: PendingClarification) -> None:
+        self.asked.append((waiting.question, dict(self.kit.calls)))
+        answer = next(a for word, a in ANSWERS.items() if word in waiting.question.lower())
+        resume_flow_run(waiting.flow_run_id, run_input={"answer": answer})
+
+    def __enter__(self) -> Answering:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.join(10)
+
+
+def paper_graph(kit: Any) -> TaskGraph:
+    return TaskGraph(
+        [
+            TaskNode(id="fetch", tool=kit.record),
+            TaskNode(id="draft", tool=kit.record, depends_on=["fetch"], requires=[CITATION]),
+            TaskNode(id="review", tool=kit.record, depends_on=["draft"], requires=[REVIEWER]),
+            TaskNode(
+                id="cite", tool=kit.record, depends_on=["review"], requires=[CITATION, CHANNEL]
+            ),
+            TaskNode(id="share", tool=kit.record, depends_on=["cite"], requires=[CHANNEL]),
+        ]
+    )
+
+
+def test_what_memory_lacks_is_asked_before_any_tool_runs_once_each(kit) -> None:
+    graph = paper_graph(kit)
+    with Answering(kit) as person:
+        result = run_persona_graph(graph, USER, QUERY, agent=kit.agent, episode_id="early", **FAST)
+
+    # The two early requirements are asked before the first tool, each once though
+    # two nodes need each; the reviewer, asked at its node, once the draft exists.
+    questions = [question for question, _ in person.asked]
+    assert len(questions) == 3
+    assert "citation style" in questions[0].lower()
+    assert "shared" in questions[1].lower()
+    assert [calls for _, calls in person.asked[:2]] == [{}, {}]
+    assert questions[2] == REVIEWER.question
+    assert person.asked[2][1] == {"fetch": 1, "draft": 1}
+    assert result["metrics"]["clarifications"] == 3
+    assert kit.calls == {"fetch": 1, "draft": 1, "review": 1, "cite": 1, "share": 1}
+
+    # Every node that needs an answer has it, structured, as answered in this run.
+    cite = kit.contexts["cite"][0]
+    assert cite.requirement("citation style").value == "MLA"
+    assert cite.requirement("citation style").source == "answered"
+    assert cite.requirement("sharing channel").value == "the team channel"
+    assert kit.contexts["share"][0].requirement("sharing channel").value == "the team channel"
+    assert kit.contexts["review"][0].requirement("reviewer").value == "Bo"
+    learned = {r.content.topic: r.content.preference for r in kit.store.list(USER, "persona")}
+    assert learned == {
+        "citation style": "MLA",
+        "sharing channel": "the team channel",
+        "reviewer": "Bo",
+    }
+
+    # A replay of the episode asks nothing and runs nothing again.
+    with Answering(kit) as person:
+        replay = run_persona_graph(graph, USER, QUERY, agent=kit.agent, episode_id="early", **FAST)
+    assert person.asked == []
+    assert replay["metrics"]["tool_executions"] == 0
+    assert replay["outputs"] == result["outputs"]
+
+    # A new run for the same user knows it all: nothing is asked.
+    with Answering(kit) as person:
+        again = run_persona_graph(graph, USER, QUERY, agent=kit.agent, **FAST)
+    assert person.asked == []
+    assert again["metrics"]["clarifications"] == 0
+
+
+def test_a_graph_whose_requirements_memory_holds_asks_nothing_and_decides_once(kit) -> None:
+    kit.store.add(USER, PersonaMemory(topic="citation style", preference="APA"))
+    graph = TaskGraph(
+        [
+            TaskNode(id="fetch", tool=kit.record),
+            TaskNode(id="draft", tool=kit.record, depends_on=["fetch"], requires=[CITATION]),
+        ]
+    )
+    result = run_persona_graph(graph, USER, QUERY, agent=kit.agent, **FAST)
+    assert result["metrics"]["clarifications"] == 0
+    # 'draft' has one requirement: its check is its decision, not made twice.
+    assert result["metrics"]["decisions"] == 2
+    assert kit.contexts["draft"][0].requirement("citation style").value == "APA"
+    assert kit.contexts["draft"][0].requirement("citation style").source == "memory"
+
+
+def test_early_requirements_are_the_required_early_ones_each_name_once() -> None:
+    optional = Requirement("tone", required=False)
+    graph = TaskGraph(
+        [
+            TaskNode(id="a", tool=len, requires=[CITATION, optional]),
+            TaskNode(
+                id="b",
+                tool=len,
+                depends_on=["a"],
+                requires=[Requirement("Citation Style"), REVIEWER, CHANNEL],
+            ),
+        ]
+    )
+    assert [(node.id, r.name) for node, r in early_requirements(graph)] == [
+        ("a", "citation style"),
+        ("b", "sharing channel"),
+    ]
