@@ -24,9 +24,11 @@ each also inherits the builtin it refines, so ``except ValueError`` keeps workin
     │   ├── GraphError (ValueError)
     │   ├── FlowConfigurationError (ValueError)
     │   ├── MemoryBankError (TypeError)
-    │   └── NodeOutputError (TypeError)
+    │   ├── NodeOutputError (TypeError)
+    │   └── NotificationError (ValueError)
     ├── ClarificationTimeoutError
     └── AnswerRejectedError (ValueError)
+        └── BlankAnswerError
 
 Invalid record contents raise pydantic's `ValidationError` (a `ValueError`),
 which names every offending field.
@@ -43,6 +45,7 @@ from pathlib import Path
 __all__ = [
     "AnswerRejectedError",
     "AutopersonaError",
+    "BlankAnswerError",
     "ClarificationTimeoutError",
     "ConfigurationError",
     "DuplicateMemoryError",
@@ -59,6 +62,7 @@ __all__ = [
     "MemoryStoreCorruptionError",
     "MemoryStoreError",
     "NodeOutputError",
+    "NotificationError",
     "PolicyError",
     "ResolverError",
     "RetrievalError",
@@ -239,6 +243,14 @@ class NodeOutputError(ConfigurationError, TypeError):
     """
 
 
+class NotificationError(ConfigurationError, ValueError):
+    """A notification of waiting runs cannot be set up as asked; nothing was created.
+
+    Neither or both of a webhook URL and a block slug were given, or the block named
+    does not exist or cannot send notifications; the message says how to fix it.
+    """
+
+
 class ClarificationTimeoutError(AutopersonaError):
     """Nobody answered a clarifying question in time.
 
@@ -250,3 +262,18 @@ class ClarificationTimeoutError(AutopersonaError):
 
 class AnswerRejectedError(AutopersonaError, ValueError):
     """The Prefect server refused an answer (e.g. not one of the options); the run stays paused."""
+
+
+class BlankAnswerError(AnswerRejectedError):
+    """An answer is empty or only whitespace; nothing was resumed or remembered.
+
+    Attributes:
+        question: The question it was meant to answer.
+    """
+
+    def __init__(self, question: str, answer: object) -> None:
+        self.question = question
+        super().__init__(
+            f"the answer to {question!r} is blank ({answer!r}): answer with some text, "
+            "or one of the options"
+        )

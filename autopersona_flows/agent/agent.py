@@ -16,7 +16,7 @@ from autopersona_flows.agent.metrics import RuntimeMetrics
 from autopersona_flows.agent.planners import LEARNED, STANDING, DefaultPlanner, SearchPlanner
 from autopersona_flows.agent.policies import Policy
 from autopersona_flows.agent.standing import applies, stake_words
-from autopersona_flows.errors import MemoryBankError, PolicyError
+from autopersona_flows.errors import BlankAnswerError, MemoryBankError, PolicyError
 from autopersona_flows.memory.bank import MemoryBank
 from autopersona_flows.memory.records import MemoryLayer, MemoryRecord, PersonaMemory
 from autopersona_flows.memory.retrieval import (
@@ -141,12 +141,13 @@ class PersonaAgent:
         Raises:
             PolicyError: If ``decision`` is not a clarification, or was made for
                 another user.
-            ValueError: If ``answer`` is empty.
+            BlankAnswerError: If ``answer`` is empty or only whitespace (a
+                ``ValueError``); the message names the question.
         """
         if not isinstance(decision, ClarifyDecision):
             raise PolicyError(f"only a clarification can be answered, got {decision!r}")
         if not isinstance(answer, str) or not answer.strip():
-            raise ValueError(f"an answer must be non-empty text, got {answer!r}")
+            raise BlankAnswerError(decision.question, answer)
         request = decision.request
         if request is not None and request.user_id != user_id:
             raise PolicyError(

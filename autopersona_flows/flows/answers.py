@@ -21,7 +21,8 @@ from prefect.exceptions import FlowPauseTimeout, NotPausedError, ObjectNotFound
 from prefect.flow_runs import resume_flow_run
 from pydantic import BaseModel, ConfigDict
 
-from autopersona_flows.errors import AnswerRejectedError
+from autopersona_flows.errors import AnswerRejectedError, BlankAnswerError
+from autopersona_flows.flows.clarification import question_of
 
 __all__ = ["PendingClarification", "answer_clarification", "pending_clarifications"]
 
@@ -65,9 +66,9 @@ def _pending(client: SyncPrefectClient, flow_run: FlowRun) -> PendingClarificati
             return None
         raise
     answer = schema.get("properties", {}).get("answer", {})
-    question = answer.get("description") or next(
-        (line.strip("*") for line in description.splitlines() if line.startswith("**")), ""
-    )
+    # The form's field has no description (the dialog would repeat the question);
+    # forms saved by earlier versions put the question there.
+    question = question_of(description) or answer.get("description") or ""
     return PendingClarification(
         flow_run_id=flow_run.id,
         flow_run_name=flow_run.name,
@@ -103,14 +104,18 @@ def answer_clarification(flow_run_id: UUID | str, answer: str) -> None:
     state first); the answer then waits up to `FORM_WAIT_SECONDS` for it.
 
     Raises:
+        BlankAnswerError: If ``answer`` is empty or only whitespace (an
+            `AnswerRejectedError`); nothing is sent, and the message names the question.
         AnswerRejectedError: If the server rejects the answer (not one of the options,
-            empty, or the run's form never appeared); the run stays paused and can be
+            or the run's form never appeared); the run stays paused and can be
             answered again; or if no such run is waiting for an answer.
     """
     try:
         run_id = UUID(str(flow_run_id))
     except ValueError:
         raise AnswerRejectedError(f"{flow_run_id!r} is not a flow run id") from None
+    if not answer.strip():
+        raise BlankAnswerError(_question_of_run(run_id), answer)
     give_up = time.monotonic() + FORM_WAIT_SECONDS
     while True:
         try:
@@ -124,4 +129,16 @@ def answer_clarification(flow_run_id: UUID | str, answer: str) -> None:
             if _FORM_MISSING in str(exc) and time.monotonic() < give_up:
                 time.sleep(0.1)
                 continue
-            raise AnswerRejectedError(f"the answer {answer!r} was rejected: {exc}") from None
+            raise AnswerRejectedError(
+                f"the answer {answer!r} to {_question_of_run(run_id)!r} was rejected: {exc}"
+            ) from None
+
+
+def _question_of_run(run_id: UUID) -> str:
+    """The question run ``run_id`` waits for an answer to, for an error message."""
+    with get_client(sync_client=True) as client:
+        try:
+            pending = _pending(client, client.read_flow_run(run_id))
+        except ObjectNotFound:
+            pending = None
+    return pending.question if pending is not None else f"the question of flow run {run_id}"

@@ -1,5 +1,6 @@
 """The PersonaAgent and its default policy: ask exactly when something essential is missing."""
 
+import re
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -31,7 +32,7 @@ from autopersona_flows.agent import (
     RuntimeMetrics,
     parse_decision,
 )
-from autopersona_flows.errors import MemoryBankError
+from autopersona_flows.errors import BlankAnswerError, MemoryBankError
 from autopersona_flows.memory import MemoryBank, MemoryUpdater, RawTaskRecord
 
 CITATION = Requirement("citation style", options=["APA", "MLA", "Chicago"])
@@ -129,9 +130,12 @@ def test_a_changed_answer_replaces_the_old_one(agent: PersonaAgent) -> None:
 
 def test_learn_rejects_empty_answers_and_non_questions(agent: PersonaAgent) -> None:
     question = agent.decide(request("ada", CITATION))
+    held = agent.retriever.store.list("ada", "persona")
     for empty in ("", "   ", None):
-        with pytest.raises(ValueError, match="non-empty"):
+        # A typed error naming the question (a ValueError, as before); nothing learned.
+        with pytest.raises(BlankAnswerError, match=re.escape(repr(question.question))):
             agent.learn("ada", question, empty)  # type: ignore[arg-type]
+    assert agent.retriever.store.list("ada", "persona") == held
     with pytest.raises(PolicyError, match="only a clarification"):
         agent.learn("ada", FinalDecision(guidance="g"), "APA")  # type: ignore[arg-type]
 

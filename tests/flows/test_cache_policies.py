@@ -108,7 +108,7 @@ def test_a_form_with_options_is_a_required_choice() -> None:
     schema = form.model_json_schema()
     assert schema["required"] == ["answer"]
     assert schema["properties"]["answer"]["enum"] == ["APA", "MLA"]
-    assert schema["properties"]["answer"]["description"] == "Which citation style?"
+    assert "description" not in schema["properties"]["answer"]  # the dialog shows the question
     assert "default" not in schema["properties"]["answer"]
     # The server validates resume input against this schema with jsonschema.
     jsonschema.validate({"answer": "MLA"}, schema)
@@ -125,12 +125,13 @@ def test_a_form_without_options_is_required_non_empty_text() -> None:
     schema = form.model_json_schema()
     assert schema["required"] == ["answer"]
     answer = schema["properties"]["answer"]
-    assert (answer["type"], answer["minLength"]) == ("string", 1)
+    assert (answer["type"], answer["minLength"], answer["pattern"]) == ("string", 1, r"\S")
     assert "enum" not in answer
     assert "default" not in answer
     jsonschema.validate({"answer": "Harvard"}, schema)
-    for empty in ({"answer": ""}, {}):  # an empty resume is rejected
+    for empty in ({"answer": ""}, {"answer": "  "}, {}):  # an empty resume is rejected
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(empty, schema)
-    with pytest.raises(ValidationError):
-        form(answer="")
+    for blank in ("", "   "):
+        with pytest.raises(ValidationError):
+            form(answer=blank)

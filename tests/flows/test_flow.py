@@ -163,10 +163,12 @@ def test_a_missing_preference_pauses_the_run_until_a_valid_answer(kit, watch_for
     learned = [(r.content.topic, r.content.preference) for r in kit.store.list(USER, "persona")]
     assert learned == [("citation style", "APA")]
 
-    # The question and the decisions are artifacts of the run.
-    [question] = artifacts(flow_run_id, key)
-    assert question.type == "markdown"
-    assert QUESTION in question.data
+    # The question and the decisions are artifacts of the run; the question's has a
+    # second version once answered.
+    asked, answered = sorted(artifacts(flow_run_id, key), key=lambda a: a.created)
+    assert (asked.type, answered.type) == ("markdown", "markdown")
+    assert QUESTION in asked.data
+    assert "Answer: **APA**" in answered.data
     [table] = artifacts(flow_run_id, "persona-decisions")
     assert table.type == "table"
     assert "draft" in table.data
