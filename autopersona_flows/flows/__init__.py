@@ -18,6 +18,7 @@ from autopersona_flows.flows.serializers import OrjsonSerializer
 if TYPE_CHECKING:
     from autopersona_flows.flows.answers import (
         PendingClarification,
+        PendingQuestion,
         answer_clarification,
         pending_clarifications,
     )
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from autopersona_flows.flows.graph import GraphSpec, NodeSpec, TaskGraph, TaskNode, resolve_tool
     from autopersona_flows.flows.ingestion import ingest_history
     from autopersona_flows.flows.maintenance import memory_maintenance
+    from autopersona_flows.flows.notifications import create_clarification_automation
     from autopersona_flows.flows.options import DEFAULT_TASK_OPTIONS, PersonaTaskOptions
     from autopersona_flows.flows.runtime import (
         PersonaRuntime,
@@ -47,6 +49,7 @@ else:
         {
             "autopersona_flows.flows.answers": (
                 "PendingClarification",
+                "PendingQuestion",
                 "answer_clarification",
                 "pending_clarifications",
             ),
@@ -73,6 +76,7 @@ else:
             ),
             "autopersona_flows.flows.ingestion": ("ingest_history",),
             "autopersona_flows.flows.maintenance": ("memory_maintenance",),
+            "autopersona_flows.flows.notifications": ("create_clarification_automation",),
             "autopersona_flows.flows.options": ("DEFAULT_TASK_OPTIONS", "PersonaTaskOptions"),
             "autopersona_flows.flows.runtime": (
                 "PersonaRuntime",
@@ -93,6 +97,7 @@ __all__ = [
     "NodeSpec",
     "OrjsonSerializer",
     "PendingClarification",
+    "PendingQuestion",
     "PersonaRuntime",
     "PersonaTask",
     "PersonaTaskOptions",
@@ -102,6 +107,7 @@ __all__ = [
     "answer_clarification",
     "apersona_graph",
     "arun_persona_graph",
+    "create_clarification_automation",
     "graph_runner",
     "ingest_history",
     "memory_maintenance",

@@ -6,6 +6,7 @@ The Prefect UI's resume dialog does the same; this is for scripts, tests and CLI
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from uuid import UUID
 
 import httpx
@@ -24,19 +25,41 @@ from pydantic import BaseModel, ConfigDict
 from autopersona_flows.errors import AnswerRejectedError, BlankAnswerError
 from autopersona_flows.flows.clarification import question_of
 
-__all__ = ["PendingClarification", "answer_clarification", "pending_clarifications"]
+__all__ = [
+    "PendingClarification",
+    "PendingQuestion",
+    "answer_clarification",
+    "pending_clarifications",
+]
+
+
+class PendingQuestion(BaseModel):
+    """One question of a waiting run's form.
+
+    Attributes:
+        field: Its field in the form (``answer`` when it is the only one).
+        question: The question.
+        options: The allowed answers, if the answer is a choice.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    field: str
+    question: str
+    options: list[str]
 
 
 class PendingClarification(BaseModel):
-    """A run waiting for a person's answer.
+    """A run waiting for a person's answer (or answers: one form may ask several questions).
 
     Attributes:
         flow_run_id: The paused or suspended run.
         flow_run_name: Its name, as the UI shows it.
         state: ``"Paused"`` or ``"Suspended"``.
         key: The clarification's pause key (``clarify-<node>-<digest>``).
-        question: The question asked.
-        options: The allowed answers, if the answer is a choice.
+        question: The question asked (several joined by `` / ``).
+        options: The allowed answers, if the one question's answer is a choice.
+        questions: Each question of the form.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -47,6 +70,7 @@ class PendingClarification(BaseModel):
     key: str
     question: str
     options: list[str]
+    questions: list[PendingQuestion]
 
 
 def _pending(client: SyncPrefectClient, flow_run: FlowRun) -> PendingClarification | None:
@@ -65,10 +89,22 @@ def _pending(client: SyncPrefectClient, flow_run: FlowRun) -> PendingClarificati
             # Prefect sets Paused first and saves the form just after: not askable yet.
             return None
         raise
-    answer = schema.get("properties", {}).get("answer", {})
-    # The form's field has no description (the dialog would repeat the question);
-    # forms saved by earlier versions put the question there.
-    question = question_of(description) or answer.get("description") or ""
+    fields = schema.get("properties", {})
+    if set(fields) == {"answer"}:
+        answer = fields["answer"]
+        # The form's field has no description (the dialog would repeat the question);
+        # forms saved by earlier versions put the question there.
+        question = question_of(description) or answer.get("description") or ""
+        questions = [
+            PendingQuestion(field="answer", question=question, options=answer.get("enum", []))
+        ]
+    else:  # a form of several questions: each field is titled by its question
+        questions = [
+            PendingQuestion(
+                field=name, question=field.get("title", name), options=field.get("enum", [])
+            )
+            for name, field in fields.items()
+        ]
     return PendingClarification(
         flow_run_id=flow_run.id,
         flow_run_name=flow_run.name,
@@ -76,8 +112,9 @@ def _pending(client: SyncPrefectClient, flow_run: FlowRun) -> PendingClarificati
         # optional on input.
         state=state.name or state.type.value.capitalize(),
         key=str(details.pause_key),
-        question=question,
-        options=list(answer.get("enum", [])),
+        question=" / ".join(q.question for q in questions),
+        options=questions[0].options if len(questions) == 1 else [],
+        questions=questions,
     )
 
 
@@ -97,11 +134,17 @@ FORM_WAIT_SECONDS = 10.0
 """How long an answer waits for the form of a run that has only just paused."""
 
 
-def answer_clarification(flow_run_id: UUID | str, answer: str) -> None:
+def answer_clarification(flow_run_id: UUID | str, answer: str | Mapping[str, str]) -> None:
     """Resume a waiting run with ``answer``.
 
     A run that has only just paused may not have saved its form yet (Prefect sets the
     state first); the answer then waits up to `FORM_WAIT_SECONDS` for it.
+
+    Args:
+        flow_run_id: The waiting run.
+        answer: The answer to its one question; for a form of several questions, a
+            mapping from each question (or its field, see `PendingQuestion`) to its
+            answer.
 
     Raises:
         BlankAnswerError: If ``answer`` is empty or only whitespace (an
@@ -114,12 +157,16 @@ def answer_clarification(flow_run_id: UUID | str, answer: str) -> None:
         run_id = UUID(str(flow_run_id))
     except ValueError:
         raise AnswerRejectedError(f"{flow_run_id!r} is not a flow run id") from None
-    if not answer.strip():
-        raise BlankAnswerError(_question_of_run(run_id), answer)
+    if isinstance(answer, str):
+        if not answer.strip():
+            raise BlankAnswerError(_question_of_run(run_id), answer)
+        run_input = {"answer": answer}
+    else:
+        run_input = _form_answers(run_id, answer)
     give_up = time.monotonic() + FORM_WAIT_SECONDS
     while True:
         try:
-            resume_flow_run(run_id, run_input={"answer": answer})
+            resume_flow_run(run_id, run_input=run_input)
             return
         except ObjectNotFound:
             raise AnswerRejectedError(f"there is no flow run {run_id}") from None
@@ -132,6 +179,36 @@ def answer_clarification(flow_run_id: UUID | str, answer: str) -> None:
             raise AnswerRejectedError(
                 f"the answer {answer!r} to {_question_of_run(run_id)!r} was rejected: {exc}"
             ) from None
+
+
+def _form_answers(run_id: UUID, answers: Mapping[str, str]) -> dict[str, str]:
+    """The run input of ``answers`` (by question or field) to the form run ``run_id`` waits on.
+
+    Raises:
+        AnswerRejectedError: If the run is not waiting, a question is left out or
+            unknown, or an answer is blank (`BlankAnswerError`).
+    """
+    with get_client(sync_client=True) as client:
+        try:
+            pending = _pending(client, client.read_flow_run(run_id))
+        except ObjectNotFound:
+            pending = None
+    if pending is None:
+        raise AnswerRejectedError(f"flow run {run_id} is not waiting for an answer")
+    by_name = {q.field: q for q in pending.questions} | {q.question: q for q in pending.questions}
+    unknown = [name for name in answers if name not in by_name]
+    if unknown:
+        raise AnswerRejectedError(
+            f"flow run {run_id} asks no question {unknown[0]!r}; it asks: "
+            + "; ".join(f"{q.field} ({q.question})" for q in pending.questions)
+        )
+    given = {by_name[name].field: value for name, value in answers.items()}
+    for question in pending.questions:
+        if question.field not in given:
+            raise AnswerRejectedError(f"no answer to {question.question!r} ({question.field})")
+        if not str(given[question.field]).strip():
+            raise BlankAnswerError(question.question, given[question.field])
+    return given
 
 
 def _question_of_run(run_id: UUID) -> str:

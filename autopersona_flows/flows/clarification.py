@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal, cast
 from uuid import UUID
 
@@ -38,11 +39,15 @@ __all__ = [
     "answer_given",
     "artifact_markdown",
     "ask",
+    "ask_all",
     "asked_question",
     "clarification_form",
     "clarification_key",
+    "field_names",
+    "form_key",
     "question_markdown",
     "question_of",
+    "questions_form",
     "response_key",
     "step_words",
 ]
@@ -158,6 +163,15 @@ class ClarificationForm(RunInput):
     answer: Any
 
 
+def _answer_type(decision: ClarifyDecision) -> Any:
+    """A choice of the options (an enum in the form), or text that is not blank."""
+    if decision.options:
+        return Literal[tuple(decision.options)]
+    # Prefect's server validates the answer against the JSON schema: `\S` (a search,
+    # as JSON-schema patterns are) refuses blank text, which `min_length=1` lets through.
+    return Annotated[str, Field(min_length=1, pattern=NON_BLANK)]
+
+
 def clarification_form(decision: ClarifyDecision) -> type[ClarificationForm]:
     """The typed input the resume dialog renders: a required ``answer`` field.
 
@@ -165,20 +179,51 @@ def clarification_form(decision: ClarifyDecision) -> type[ClarificationForm]:
     other than whitespace in it. No default is given on purpose: if every field had
     one, Prefect would accept an empty resume.
     """
-    answer_type: Any = (
-        Literal[tuple(decision.options)]
-        if decision.options
-        # Prefect's server validates the answer against the JSON schema: `\S` (a
-        # search, as JSON-schema patterns are) refuses blank text, which
-        # `min_length=1` alone lets through.
-        else Annotated[str, Field(min_length=1, pattern=NON_BLANK)]
-    )
     # No description: the dialog prints it under the field, repeating the question.
     return create_model(
         "Clarification",
         __base__=ClarificationForm,
-        answer=(answer_type, Field(title="Your answer")),
+        answer=(_answer_type(decision), Field(title="Your answer")),
     )
+
+
+def field_names(decisions: Sequence[ClarifyDecision]) -> list[str]:
+    """The field of each question in its form: ``answer`` alone, else one per requirement.
+
+    ``citation style`` becomes ``citation_style``; a question about no requirement,
+    or a name taken already, gets its position (``answer_2``).
+    """
+    if len(decisions) == 1:
+        return ["answer"]
+    names: list[str] = []
+    for position, decision in enumerate(decisions, 1):
+        name = _FIELD.sub("_", (decision.requirement or "").lower()).strip("_")
+        if not name or not name[0].isalpha() or name in names:
+            name = f"answer_{position}"
+        names.append(name)
+    return names
+
+
+_FIELD = re.compile(r"[^a-z0-9]+")
+
+
+def questions_form(decisions: Sequence[ClarifyDecision]) -> type[RunInput]:
+    """The form of several questions asked at once: one required field each, titled by it."""
+    if len(decisions) == 1:
+        return clarification_form(decisions[0])
+    fields: dict[str, Any] = {
+        name: (_answer_type(decision), Field(title=decision.question))
+        for name, decision in zip(field_names(decisions), decisions, strict=True)
+    }
+    return create_model("Clarifications", __base__=RunInput, **fields)
+
+
+def form_key(questions: Sequence[tuple[str, ClarifyDecision]], where: str) -> str:
+    """The pause key of a form: `clarification_key` of its one question, or of them all."""
+    if len(questions) == 1:
+        return clarification_key(*questions[0])
+    together = " / ".join(f"{node_id}: {d.question}" for node_id, d in questions)
+    return clarification_key(where, ClarifyDecision(question=together))
 
 
 def _suspends(runtime: PersonaRuntime) -> bool:
@@ -191,24 +236,25 @@ def _suspends(runtime: PersonaRuntime) -> bool:
     return runtime.pause_mode == "suspend" or (runtime.pause_mode == "auto" and deployed)
 
 
-def response_key(node_id: str, decision: ClarifyDecision, runtime: PersonaRuntime) -> str:
-    """The flow-run input under which Prefect keeps the answer `ask` waits for in this run.
+def response_key(pause_key: str, runtime: PersonaRuntime) -> str:
+    """The flow-run input under which Prefect keeps the answers to the form of ``pause_key``.
 
     Prefect names it after the waiting state (``paused-<key>-response`` or
     ``suspended-<key>-response``); the server stores the answer there in the same
     transaction that resumes the run.
     """
     waiting = Suspended if _suspends(runtime) else Paused
-    return keyset_from_paused_state(waiting(pause_key=clarification_key(node_id, decision)))[
-        "response"
-    ]
+    return keyset_from_paused_state(waiting(pause_key=pause_key))["response"]
 
 
-def answer_given(flow_run_id: UUID, key: str, decision: ClarifyDecision) -> str | None:
+def answer_given(
+    flow_run_id: UUID, key: str, decision: ClarifyDecision, field: str = "answer"
+) -> str | None:
     """The answer to ``decision`` that run ``flow_run_id`` received under ``key``, if any.
 
-    ``None`` if the run was never answered (or no longer exists), or if what it
-    received is not a valid answer to this question as now asked (its options changed).
+    ``field`` is the question's field in its form (see `field_names`). ``None`` if
+    the run was never answered (or no longer exists), or if what it received is not
+    a valid answer to this question as now asked (its options changed).
     """
     with get_client(sync_client=True) as client:
         try:
@@ -218,7 +264,9 @@ def answer_given(flow_run_id: UUID, key: str, decision: ClarifyDecision) -> str 
                 return None
             raise
     try:
-        return str(clarification_form(decision).model_validate(orjson.loads(raw)).answer)
+        given = orjson.loads(raw)
+        answer = {"answer": given[field]} if isinstance(given, dict) and field in given else {}
+        return str(clarification_form(decision).model_validate(answer).answer)
     except (orjson.JSONDecodeError, ValidationError):
         return None
 
@@ -247,25 +295,43 @@ def _logger(context: FlowRunContext | None) -> Any:
 
 
 def ask(node_id: str, decision: ClarifyDecision, runtime: PersonaRuntime) -> str:
-    """Show the question and wait for the answer; return it.
+    """`ask_all` for one question; return its answer."""
+    return ask_all([(node_id, decision)], runtime)[0]
+
+
+def ask_all(
+    questions: Sequence[tuple[str, ClarifyDecision]],
+    runtime: PersonaRuntime,
+    *,
+    where: str = "start",
+) -> list[str]:
+    """Show the questions (each of a node) in one form and wait for the answers.
 
     Suspends the run when it belongs to a deployment (the worker is freed and the
     flow re-runs from the top on resume), pauses it otherwise, as ``pause_mode``
     says. Prefect's ``Pause`` signal passes through untouched. When it starts
-    waiting it logs the question, emits ``autopersona.clarification.requested`` and
-    saves the question as the ``clarify-*`` artifact; with the answer it logs it,
-    emits ``autopersona.clarification.answered`` and saves the answered artifact as
-    a new version under the same key.
+    waiting it logs the questions, emits ``autopersona.clarification.requested`` and
+    saves them as the ``clarify-*`` artifact; with the answers it logs them, emits
+    ``autopersona.clarification.answered`` and saves the answered artifact as a new
+    version under the same key.
+
+    Args:
+        questions: The questions, each with the node asking it.
+        runtime: How to wait.
+        where: Names the form of several questions in its pause key (`form_key`).
+
+    Returns:
+        The answers, in the order of ``questions``.
 
     Raises:
         ClarificationTimeoutError: If nobody answers within ``pause_timeout``.
     """
-    key = clarification_key(node_id, decision)
+    key = form_key(questions, where)
     context = FlowRunContext.get()
     logger = _logger(context)
-    asked = asked_question(node_id, decision)
-    user_id = _user_of(decision, context)
-    suspend = _suspends(runtime)
+    asked = [asked_question(node_id, decision) for node_id, decision in questions]
+    user_id = _user_of(questions[0][1], context)
+    decisions = [decision for _, decision in questions]
     fired = (
         context is not None
         and context.flow_run is not None
@@ -275,22 +341,22 @@ def ask(node_id: str, decision: ClarifyDecision, runtime: PersonaRuntime) -> str
     # async implementation, awaited; this code itself is never a coroutine.
     if not fired:  # a resumed run passes here again; its question is already shown
         blocking(create_markdown_artifact)(
-            markdown=artifact_markdown(node_id, decision), key=key, description=decision.question
+            markdown=_artifact(questions), key=key, description=_listed(decisions)
         )
-        where = flow_run_url(context.flow_run.id) if context and context.flow_run else None
-        logger.info(
-            "Waiting for an answer before %s: %s%s%s",
-            asked.step,
-            decision.question,
-            f" Choices: {', '.join(decision.options)}." if decision.options else "",
-            f" Answer it in the Resume dialog: {where}" if where else "",
-        )
-        emit_clarification_requested([asked], user_id)
-    form = clarification_form(decision).with_initial_data(
-        description=question_markdown(node_id, decision)
-    )
+        where_url = flow_run_url(context.flow_run.id) if context and context.flow_run else None
+        for one, decision in zip(asked, decisions, strict=True):
+            logger.info(
+                "Waiting for an answer before %s: %s%s",
+                one.step,
+                decision.question,
+                f" Choices: {', '.join(decision.options)}." if decision.options else "",
+            )
+        if where_url:
+            logger.info("Answer in the Resume dialog: %s", where_url)
+        emit_clarification_requested(asked, user_id)
+    form = questions_form(decisions).with_initial_data(description=_dialog(questions))
     try:
-        if suspend:
+        if _suspends(runtime):
             answer = blocking(suspend_flow_run)(
                 wait_for_input=form, timeout=runtime.pause_timeout, key=key
             )
@@ -304,17 +370,46 @@ def ask(node_id: str, decision: ClarifyDecision, runtime: PersonaRuntime) -> str
             )
     except FlowPauseTimeout:
         raise ClarificationTimeoutError(
-            f"nobody answered {decision.question!r} (before {asked.step}) within "
-            f"{runtime.pause_timeout} s"
+            f"nobody answered {_listed(decisions)!r} (before "
+            f"{', '.join(dict.fromkeys(q.step for q in asked))}) within {runtime.pause_timeout} s"
         ) from None
     # Never blank: the server refused a blank answer, and loading it through the form
     # would too.
-    given = str(getattr(answer, "answer"))  # noqa: B009 - a field of the form built above
-    logger.info("Answered %r: %r", decision.question, given)
+    given = [str(getattr(answer, name)) for name in field_names(decisions)]
+    for decision, one_answer in zip(decisions, given, strict=True):
+        logger.info("Answered %r: %r", decision.question, one_answer)
     blocking(create_markdown_artifact)(
-        markdown=artifact_markdown(node_id, decision, given),
+        markdown=_artifact(questions, given),
         key=key,
-        description=f"Answered: {given}",
+        description="Answered: " + " / ".join(given),
     )
-    emit_clarification_answered([asked], [given], user_id)
+    emit_clarification_answered(asked, given, user_id)
     return given
+
+
+def _listed(decisions: Sequence[ClarifyDecision]) -> str:
+    return " / ".join(decision.question for decision in decisions)
+
+
+def _dialog(questions: Sequence[tuple[str, ClarifyDecision]]) -> str:
+    """The resume dialog's text: the one question with its evidence, or the form's intro."""
+    if len(questions) == 1:
+        return question_markdown(*questions[0])
+    steps = dict.fromkeys(step_words(node_id, d) for node_id, d in questions)
+    lines = [f"### {len(questions)} questions before the work starts", ""]
+    lines += [f"They are for: {'; '.join(steps)}.", ""]
+    lines.append("Your answers are remembered, so you will not be asked these again.")
+    return "\n".join(lines)
+
+
+def _artifact(
+    questions: Sequence[tuple[str, ClarifyDecision]], given: list[str] | None = None
+) -> str:
+    """The run's ``clarify-*`` artifact: the questions while waiting, then their answers."""
+    if len(questions) == 1:
+        return artifact_markdown(*questions[0], answer=given[0] if given else None)
+    parts = [
+        artifact_markdown(node_id, decision, given[n] if given else None)
+        for n, (node_id, decision) in enumerate(questions)
+    ]
+    return "\n\n---\n\n".join(parts)

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple, cast
 
 from autopersona_flows import _json
 from autopersona_flows.agent.decisions import (
+    ClarifyDecision,
     FinalDecision,
     NodeInfo,
     PersonaRequest,
@@ -89,8 +90,8 @@ def ask_early(
             inputs={"requests": [_json.loads(r.model_dump_json()) for r in requests]},
         ),
     )
-    answered: dict[str, AnsweredQuestion] = {}  # by requirement name, casefolded
     decided: dict[str, FinalDecision] = {}
+    questions: list[tuple[str, ClarifyDecision]] = []
     for (node, requirement), made in zip(checks, raw, strict=True):
         decision = parse_decision(_json.dumps(made))
         if isinstance(decision, FinalDecision):
@@ -98,10 +99,15 @@ def ask_early(
                 decided[node.id] = decision
         else:
             # The request names only this requirement: the question is about it.
-            decision = decision.model_copy(update={"requirement": requirement.name})
-            answer = steps.answer(node.id, user_id, decision, [])
-            learned = steps.remember(node.id, "-early", user_id, decision, answer)
-            answered[requirement.name.casefold()] = learned
+            questions.append(
+                (node.id, decision.model_copy(update={"requirement": requirement.name}))
+            )
+    answered: dict[str, AnsweredQuestion] = {}  # by requirement name, casefolded
+    if questions:
+        given = steps.answers(questions, user_id, [], where="start")
+        for (node_id, decision), answer in zip(questions, given, strict=True):
+            learned = steps.remember(node_id, "-early", user_id, decision, answer)
+            answered[str(decision.requirement).casefold()] = learned
     answers = {
         node_id: [
             answered[r.name.casefold()] for r in node.requires if r.name.casefold() in answered

@@ -26,12 +26,14 @@ class Asking(BaseModel):
     Attributes:
         flow_run_id: The run that paused or suspended for the answer.
         response_key: Where the Prefect server stores that run's answer.
+        field: The question's field in the form (see `field_names`).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     flow_run_id: UUID
     response_key: str
+    field: str = "answer"
 
 
 _ASKINGS = TypeAdapter(list[Asking])
@@ -82,7 +84,7 @@ class EpisodeAnswers:
             self._read(self._key("asking", node_id, user_id, decision)) or []
         )
         for asking in reversed(askings):  # the latest run is the likeliest answered
-            answer = answer_given(asking.flow_run_id, asking.response_key, decision)
+            answer = answer_given(asking.flow_run_id, asking.response_key, decision, asking.field)
             if answer is not None:
                 self.keep(node_id, user_id, decision, answer)
                 return answer

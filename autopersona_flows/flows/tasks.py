@@ -36,7 +36,7 @@ from autopersona_flows.agent.decisions import (
 )
 from autopersona_flows.errors import FlowConfigurationError, NodeOutputError, PolicyError
 from autopersona_flows.flows.arguments import ToolArguments
-from autopersona_flows.flows.clarification import ask, response_key
+from autopersona_flows.flows.clarification import ask_all, field_names, form_key, response_key
 from autopersona_flows.flows.context import AnsweredQuestion, NodeContext
 from autopersona_flows.flows.episodes import Asking, EpisodeAnswers
 from autopersona_flows.flows.graph import resolve_tool
@@ -66,10 +66,10 @@ class StepCounter:
         self.decisions = 0
         self.clarifications = 0
 
-    def add(self, name: str) -> None:
-        """Count one more ``name``."""
+    def add(self, name: str, count: int = 1) -> None:
+        """Count ``count`` more ``name``."""
         with self._lock:
-            setattr(self, name, getattr(self, name) + 1)
+            setattr(self, name, getattr(self, name) + count)
 
 
 def episode_of(runtime: PersonaRuntime, episode_id: str | None) -> str:
@@ -361,23 +361,43 @@ class NodeSteps:
         self, node_id: str, user_id: str, decision: ClarifyDecision, in_flight: list[Any]
     ) -> str:
         """The answer to ``decision``: kept from an earlier run of the episode, or asked."""
+        return self.answers([(node_id, decision)], user_id, in_flight)[0]
+
+    def answers(
+        self,
+        questions: list[tuple[str, ClarifyDecision]],
+        user_id: str,
+        in_flight: list[Any],
+        *,
+        where: str = "start",
+    ) -> list[str]:
+        """The answers to ``questions`` (each of a node): those kept, the others asked at once.
+
+        The questions no earlier run of the episode got an answer to are asked in one
+        form (see `ask_all`; ``where`` names it).
+        """
         # Kept per episode, node and question: a replay of the episode (a new run, a
         # retry) then rebuilds exactly the inputs the node ran with.
         answers = EpisodeAnswers(self.runtime.result_storage, self.episode_id)
-        answer = answers.recall(node_id, user_id, decision)
-        if answer is None:
-            self.counter.add("clarifications")
+        given = [answers.recall(node_id, user_id, decision) for node_id, decision in questions]
+        missing = [
+            question for question, answer in zip(questions, given, strict=True) if answer is None
+        ]
+        if missing:
+            self.counter.add("clarifications", len(missing))
             wait(in_flight)  # nothing runs while we wait, so a suspend loses no work
-            answers.asking(node_id, user_id, decision, self._asking(node_id, decision))
-            answer = ask(node_id, decision, self.runtime)
-            answers.keep(node_id, user_id, decision, answer)
-        return answer
-
-    def _asking(self, node_id: str, decision: ClarifyDecision) -> Asking:
-        return Asking(
-            flow_run_id=current_flow_run_id(),
-            response_key=response_key(node_id, decision, self.runtime),
-        )
+            key = response_key(form_key(missing, where), self.runtime)
+            run_id = current_flow_run_id()
+            fields = field_names([decision for _, decision in missing])
+            for (node_id, decision), field in zip(missing, fields, strict=True):
+                asking = Asking(flow_run_id=run_id, response_key=key, field=field)
+                answers.asking(node_id, user_id, decision, asking)
+            asked = iter(ask_all(missing, self.runtime, where=where))
+            for n, (node_id, decision) in enumerate(questions):
+                if given[n] is None:
+                    answer = given[n] = next(asked)
+                    answers.keep(node_id, user_id, decision, answer)
+        return [answer for answer in given if answer is not None]
 
     def may_ask(self, requirements: list[Requirement]) -> bool:
         """Whether the agent may ask before a node with these requirements.

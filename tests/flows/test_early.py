@@ -50,9 +50,12 @@ class Answering(threading.Thread):
                     self.answer(waiting)
 
     def answer(self, waiting: PendingClarification) -> None:
-        self.asked.append((waiting.question, dict(self.kit.calls)))
-        answer = next(a for word, a in ANSWERS.items() if word in waiting.question.lower())
-        resume_flow_run(waiting.flow_run_id, run_input={"answer": answer})
+        self.asked.append(([q.question for q in waiting.questions], dict(self.kit.calls)))
+        answers = {
+            q.field: next(a for word, a in ANSWERS.items() if word in q.question.lower())
+            for q in waiting.questions
+        }
+        resume_flow_run(waiting.flow_run_id, run_input=answers)
 
     def __enter__(self) -> Answering:
         self.start()
@@ -82,15 +85,16 @@ def test_what_memory_lacks_is_asked_before_any_tool_runs_once_each(kit) -> None:
     with Answering(kit) as person:
         result = run_persona_graph(graph, USER, QUERY, agent=kit.agent, episode_id="early", **FAST)
 
-    # The two early requirements are asked before the first tool, each once though
-    # two nodes need each; the reviewer, asked at its node, once the draft exists.
-    questions = [question for question, _ in person.asked]
-    assert len(questions) == 3
-    assert "citation style" in questions[0].lower()
-    assert "shared" in questions[1].lower()
-    assert [calls for _, calls in person.asked[:2]] == [{}, {}]
-    assert questions[2] == REVIEWER.question
-    assert person.asked[2][1] == {"fetch": 1, "draft": 1}
+    # The two early requirements are asked in one form before the first tool, each
+    # once though two nodes need each; the reviewer, asked at its node, once the
+    # draft exists.
+    [(early, before), (late, after)] = person.asked
+    assert len(early) == 2
+    assert "citation style" in early[0].lower()
+    assert "shared" in early[1].lower()
+    assert before == {}
+    assert late == [REVIEWER.question]
+    assert after == {"fetch": 1, "draft": 1}
     assert result["metrics"]["clarifications"] == 3
     assert kit.calls == {"fetch": 1, "draft": 1, "review": 1, "cite": 1, "share": 1}
 
