@@ -243,7 +243,7 @@ def erase_entry(folder: Path, name: str) -> bool:
     tomb = folder / f".{name}.erasing"
     found = _remove(tomb)
     try:
-        os.rename(folder / name, tomb)
+        (folder / name).rename(tomb)
     except FileNotFoundError:
         if found:
             fsync_dir(folder)

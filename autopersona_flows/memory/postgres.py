@@ -604,7 +604,6 @@ class PostgresMemoryStore:
                 )
                 self._insert(conn, user, layer, records)  # the bank is empty: none taken
 
-
     @_reachable
     def erase(self, user_id: str) -> Erasure:
         """Delete every row of the user, in one transaction; see `MemoryStore.erase`.
@@ -623,8 +622,12 @@ class PostgresMemoryStore:
                 if not self._local.held.get((user, layer)):
                     conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(user, layer),))
             counts = [
-                conn.execute(f"DELETE FROM {table} WHERE user_id = %s", (user,)).rowcount
-                for table in ("autopersona_memories", "autopersona_history", "autopersona_banks")
+                conn.execute(delete, (user,)).rowcount
+                for delete in (
+                    "DELETE FROM autopersona_memories WHERE user_id = %s",
+                    "DELETE FROM autopersona_history WHERE user_id = %s",
+                    "DELETE FROM autopersona_banks WHERE user_id = %s",
+                )
             ]
         memories, changes, _ = counts
         return Erasure(user_id, found=any(counts), memories=memories, changes=changes)
