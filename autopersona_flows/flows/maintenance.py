@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import suppress
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
@@ -13,7 +14,8 @@ from pydantic import Field
 from autopersona_flows.flows.runtime import current_runtime
 from autopersona_flows.flows.settings import load_settings
 from autopersona_flows.memory.maintenance import MaintenanceReport, maintain_user
-from autopersona_flows.memory.snapshots import write_snapshot
+from autopersona_flows.memory.protocol import MemoryStore
+from autopersona_flows.memory.snapshots import MemorySnapshot, write_snapshot
 from autopersona_flows.memory.users import check_user_id, user_key
 
 __all__ = ["memory_maintenance"]
@@ -37,10 +39,7 @@ def _maintain(
         ),
     )
     snapshot = bank.store.snapshot(user_id)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    folder = snapshots / user_key(user_id)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = write_snapshot(snapshot, folder / f"{stamp}-{snapshot.fingerprint[:16]}.json")
+    path = None if snapshot.is_empty else _export(bank.store, snapshot, snapshots)
     # Ids, counts and the fingerprint only: memory contents never reach the logs.
     get_run_logger().info(
         "user %s: %d expired, %d retired, %d merged, %d promoted, %d dead entries compacted,"
@@ -57,8 +56,28 @@ def _maintain(
     return {
         **report.model_dump(mode="json"),
         "fingerprint": snapshot.fingerprint,
-        "snapshot": str(path),
+        "snapshot": None if path is None else str(path),
     }
+
+
+def _export(store: MemoryStore, snapshot: MemorySnapshot, snapshots: Path) -> Path | None:
+    """Write a user's snapshot file, unless the user was erased meanwhile.
+
+    A user with no memories gets no snapshot: `erase_user` may have just erased them
+    (after this task listed them), and nothing of theirs must be written after that.
+    An erase between reading the snapshot and writing its file is caught by looking
+    again after the write: the file is then removed (the erase removed the rest).
+    """
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    folder = snapshots / user_key(snapshot.user_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = write_snapshot(snapshot, folder / f"{stamp}-{snapshot.fingerprint[:16]}.json")
+    if not store.snapshot(snapshot.user_id).is_empty:
+        return path
+    path.unlink(missing_ok=True)
+    with suppress(OSError):  # not empty: older snapshots of a user who deleted everything
+        folder.rmdir()
+    return None
 
 
 @flow(name="memory-maintenance")
@@ -88,7 +107,8 @@ def memory_maintenance(
     Returns:
         One report per user: ``expired``, ``retired``, ``merged`` and ``promoted``
         ids, ``compacted`` entries,
-        ``memories`` per layer, the snapshot's ``fingerprint`` and file.
+        ``memories`` per layer, the snapshot's ``fingerprint`` and file (``None``
+        for a user without memories: no snapshot is written of one).
     """
     store = current_runtime().bank.store
     users = [check_user_id(user_id)] if user_id is not None else store.users()

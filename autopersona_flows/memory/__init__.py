@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         MiniLMEmbedder,
         get_embedder,
     )
+    from autopersona_flows.memory.erasure import ErasureReport, erase_user
     from autopersona_flows.memory.extraction import ExtractedMemory, Extractor, RuleExtractor
     from autopersona_flows.memory.ids import new_memory_id
     from autopersona_flows.memory.index import Scoring
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
         load_persona2web,
     )
     from autopersona_flows.memory.postgres import PostgresMemoryStore
-    from autopersona_flows.memory.protocol import ChangeSet, MemoryStore
+    from autopersona_flows.memory.protocol import ChangeSet, Erasure, MemoryStore
     from autopersona_flows.memory.records import (
         LAYERS,
         Embedding,
@@ -102,6 +103,7 @@ else:
                 "MiniLMEmbedder",
                 "get_embedder",
             ),
+            "autopersona_flows.memory.erasure": ("ErasureReport", "erase_user"),
             "autopersona_flows.memory.extraction": (
                 "ExtractedMemory",
                 "Extractor",
@@ -134,7 +136,7 @@ else:
                 "load_persona2web",
             ),
             "autopersona_flows.memory.postgres": ("PostgresMemoryStore",),
-            "autopersona_flows.memory.protocol": ("ChangeSet", "MemoryStore"),
+            "autopersona_flows.memory.protocol": ("ChangeSet", "Erasure", "MemoryStore"),
             "autopersona_flows.memory.records": (
                 "LAYERS",
                 "Embedding",
@@ -184,6 +186,8 @@ __all__ = [
     "Compactable",
     "Embedder",
     "Embedding",
+    "Erasure",
+    "ErasureReport",
     "ExtractedMemory",
     "Extractor",
     "FunctionEmbedder",
@@ -226,6 +230,7 @@ __all__ = [
     "consolidate_duplicates",
     "content_type",
     "embed_records",
+    "erase_user",
     "expire_workspace",
     "get_embedder",
     "history_to_raw_tasks",

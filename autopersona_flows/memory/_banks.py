@@ -38,6 +38,7 @@ from autopersona_flows.memory._files import (
     fsync_dir,
     keep_as_corrupt,
     lock_file,
+    locks_path,
     make_dirs,
     stat_key,
     unlock_file,
@@ -174,9 +175,7 @@ class Bank:
         """Hold this bank's lock; re-entrant within a thread."""
         with self._thread_lock:
             if self._depth == 0:
-                if exclusive and not self.folder.is_dir():
-                    make_dirs(self.root.inside(self.folder))  # durably: fsynced parents
-                self._lock_fd = lock_file(self.root.inside(self.lock_path), exclusive=exclusive)
+                self._lock_fd = self._take(exclusive)
                 self._exclusive = exclusive
             elif exclusive and not self._exclusive:
                 raise RuntimeError("a shared bank lock cannot be upgraded to an exclusive one")
@@ -188,6 +187,25 @@ class Bank:
                 if self._depth == 0 and self._lock_fd is not None:
                     unlock_file(self._lock_fd)
                     self._lock_fd = None
+
+    def _take(self, exclusive: bool) -> int | None:
+        while True:
+            if exclusive and not self.folder.is_dir():
+                make_dirs(self.root.inside(self.folder))  # durably: fsynced parents
+            path = self.root.inside(self.lock_path)
+            try:
+                fd = lock_file(path, exclusive=exclusive)
+            except FileNotFoundError:  # the folder was erased between the two steps
+                continue
+            if fd is None or locks_path(fd, path):
+                return fd
+            # The user was erased while this waited: that lock guards nothing now.
+            unlock_file(fd)
+
+    def erased(self) -> None:
+        """Drop this process's view of the bank and its history: the files are gone."""
+        self._reset()
+        self.history.forget()
 
     @contextmanager
     def reading(self) -> Iterator[None]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import shutil
 import stat
 import tempfile
 from datetime import UTC, datetime
@@ -16,9 +17,11 @@ from autopersona_flows.errors import MemoryStoreCorruptionError, UnsafeLinkError
 __all__ = [
     "StoreRoot",
     "atomic_write",
+    "erase_entry",
     "fsync_dir",
     "keep_as_corrupt",
     "lock_file",
+    "locks_path",
     "make_dirs",
     "stat_key",
     "unlock_file",
@@ -183,6 +186,20 @@ def lock_file(path: Path, *, exclusive: bool) -> int | None:
     return fd
 
 
+def locks_path(fd: int, path: Path) -> bool:
+    """Whether the lock ``fd`` (from `lock_file`) is still on the file named ``path``.
+
+    An erase removes a lock file while writers may wait on it: a writer that then
+    gets that lock holds it on a file nobody else will open, and must lock anew.
+    """
+    try:
+        named = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (held.st_ino, held.st_dev) == (named.st_ino, named.st_dev)
+
+
 def unlock_file(fd: int) -> None:
     """Release a lock taken by `lock_file`."""
     os.close(fd)  # closing the last descriptor releases the flock
@@ -207,6 +224,46 @@ def keep_as_corrupt(path: Path) -> Path:
         path.replace(kept)
     fsync_dir(path.parent)
     return kept
+
+
+def erase_entry(folder: Path, name: str) -> bool:
+    """Remove ``folder / name`` and all it holds, durably, never following a link.
+
+    ``folder`` must be a real path (no links: see `StoreRoot.inside`). The entry is
+    first renamed to ``.<name>.erasing`` beside it and ``folder`` fsynced, so that
+    readers, and a crash, find it whole or not at all; then that is removed and
+    ``folder`` fsynced again. A ``.<name>.erasing`` left by an erase cut short is
+    removed first, so calling this again finishes the job. A link is removed as a
+    link, at the top or anywhere below (``shutil.rmtree`` does not follow them):
+    what it points to is never touched.
+
+    Returns:
+        Whether there was anything to remove.
+    """
+    tomb = folder / f".{name}.erasing"
+    found = _remove(tomb)
+    try:
+        (folder / name).rename(tomb)
+    except FileNotFoundError:
+        if found:
+            fsync_dir(folder)
+        return found
+    fsync_dir(folder)
+    _remove(tomb)
+    fsync_dir(folder)
+    return True
+
+
+def _remove(path: Path) -> bool:
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return False
+    if stat.S_ISDIR(mode):
+        shutil.rmtree(path)
+    else:
+        path.unlink()
+    return True
 
 
 def stat_key(result: os.stat_result) -> tuple[int, ...]:

@@ -64,6 +64,10 @@ class History:
         self.root = root
         self._forget()
 
+    def forget(self) -> None:
+        """Drop what this process knows of the file (e.g. after an erase)."""
+        self._forget()
+
     def _forget(self) -> None:
         self._key: tuple[int, ...] | None = None  # the file as last checked
         self._checked = 0  # end of the last complete line checked

@@ -58,6 +58,7 @@ from autopersona_flows.errors import (
     MemoryStoreCorruptionError,
     MemoryStoreError,
     SnapshotError,
+    UnsafeLinkError,
 )
 from autopersona_flows.memory._banks import (
     FORMAT_VERSION,
@@ -68,9 +69,9 @@ from autopersona_flows.memory._banks import (
     now,
     record_line,
 )
-from autopersona_flows.memory._files import StoreRoot
+from autopersona_flows.memory._files import StoreRoot, erase_entry
 from autopersona_flows.memory._histories import diagnose
-from autopersona_flows.memory.protocol import ChangeSet
+from autopersona_flows.memory.protocol import ChangeSet, Erasure
 from autopersona_flows.memory.records import (
     LAYERS,
     Embedding,
@@ -430,6 +431,43 @@ class JsonlMemoryStore:
                 if bank.generation is not None or snapshot.memories[layer]:
                     bank.rewrite(snapshot.memories[layer], create_store=self.root)
 
+    def erase(self, user_id: str) -> Erasure:
+        """Remove the user's folder and all it holds; see `MemoryStore.erase`.
+
+        Banks, histories, lock files, kept ``.corrupt`` files, temporary files: the
+        whole ``users/<key>/`` folder goes, and this object's parsed views of it
+        with it (other store objects and processes drop theirs on their next call
+        for the user). Under the user's three bank locks, the folder is renamed to
+        a hidden name and ``users/`` fsynced, so the user is gone at once and for
+        good; then the renamed folder is removed and ``users/`` fsynced again. If
+        that is cut short (a crash), the next `erase` of the user finishes it.
+
+        Links are removed, never followed: a link in the folder (or the folder
+        itself, if it is one) goes, what it points to stays.
+
+        Raises:
+            UnsafeLinkError: If ``users/`` itself leads out of the store; nothing
+                is removed.
+        """
+        key = user_key(check_user_id(user_id))
+        users = self._root.inside(self.root / "users")
+        banks = [self._bank(user_id, layer) for layer in LAYERS]
+        if not any(os.path.lexists(users / name) for name in (key, f".{key}.erasing")):
+            return Erasure(user_id, found=False)
+        memories = changes = 0
+        with ExitStack() as stack:
+            for bank in banks:  # LAYERS order, as every multi-bank caller takes them
+                try:
+                    stack.enter_context(bank.hold(exclusive=True))
+                except UnsafeLinkError:
+                    continue  # a lock leading out of the store: no writer can take it either
+                memories += _readable_records(bank)
+                changes += _history_lines(bank)
+            found = erase_entry(users, key)
+            for bank in banks:
+                bank.erased()
+        return Erasure(user_id, found=found, memories=memories, changes=changes)
+
     # -- beyond MemoryStore ----------------------------------------------------------------
 
     def compact(self, user_id: str, layer: MemoryLayer | None = None) -> int:
@@ -466,3 +504,21 @@ class JsonlMemoryStore:
                 bank.settle()
                 dropped += bank.compact(create_store=self.root)
         return dropped
+
+
+def _readable_records(bank: Bank) -> int:
+    """How many live records a bank about to be erased has, if it can be read at all."""
+    try:
+        bank.sync()
+    except (MemoryStoreCorruptionError, UnsafeLinkError):
+        return 0  # erased all the same; only what can be read can be counted
+    return len(bank.records)
+
+
+def _history_lines(bank: Bank) -> int:
+    """How many complete entries a history about to be erased has (one a line)."""
+    try:
+        with bank.root.reader(bank.history.path) as file:
+            return file.read().count(b"\n")
+    except (FileNotFoundError, MemoryStoreCorruptionError, UnsafeLinkError):
+        return 0

@@ -44,7 +44,7 @@ from autopersona_flows.errors import (
     SnapshotError,
     StoreUnavailableError,
 )
-from autopersona_flows.memory.protocol import ChangeSet
+from autopersona_flows.memory.protocol import ChangeSet, Erasure
 from autopersona_flows.memory.records import (
     LAYERS,
     Embedding,
@@ -603,6 +603,34 @@ class PostgresMemoryStore:
                     (user, layer, generation),
                 )
                 self._insert(conn, user, layer, records)  # the bank is empty: none taken
+
+    @_reachable
+    def erase(self, user_id: str) -> Erasure:
+        """Delete every row of the user, in one transaction; see `MemoryStore.erase`.
+
+        The user's memories, their history and their bank rows (generation and
+        change sequence) go together, under the user's three bank locks. A bank's
+        next write starts a new generation, so any index built from the old one
+        starts over. PostgreSQL keeps deleted row versions in the table files until
+        VACUUM reclaims their space, and in its write-ahead log and backups: see
+        the README on what erasure cannot reach.
+        """
+        user = check_user_id(user_id).encode("utf-8")
+        conn = self._conn()
+        with conn.transaction():
+            for layer in LAYERS:  # the order every multi-bank caller takes them in
+                if not self._local.held.get((user, layer)):
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(user, layer),))
+            counts = [
+                conn.execute(delete, (user,)).rowcount
+                for delete in (
+                    "DELETE FROM autopersona_memories WHERE user_id = %s",
+                    "DELETE FROM autopersona_history WHERE user_id = %s",
+                    "DELETE FROM autopersona_banks WHERE user_id = %s",
+                )
+            ]
+        memories, changes, _ = counts
+        return Erasure(user_id, found=any(counts), memories=memories, changes=changes)
 
 
 def _close_all(connections: dict[threading.Thread, psycopg.Connection[Any]]) -> None:

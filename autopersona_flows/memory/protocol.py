@@ -12,7 +12,7 @@ from typing import Protocol, runtime_checkable
 from autopersona_flows.memory.records import Embedding, LayerContent, MemoryLayer, MemoryRecord
 from autopersona_flows.memory.snapshots import MemoryChange, MemorySnapshot
 
-__all__ = ["ChangeSet", "MemoryStore"]
+__all__ = ["ChangeSet", "Erasure", "MemoryStore"]
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,25 @@ class ChangeSet:
     full: bool
     records: list[MemoryRecord]
     deleted: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Erasure:
+    """What `MemoryStore.erase` removed of one user: counts, never contents.
+
+    Attributes:
+        user_id: Whose memory was erased.
+        found: Whether the store held anything of the user (a bank, even an empty
+            one, a history, a kept ``.corrupt`` file). ``False``: nothing was there
+            and nothing was changed.
+        memories: Live records removed, in all layers.
+        changes: Change-history entries removed, in all layers.
+    """
+
+    user_id: str
+    found: bool
+    memories: int = 0
+    changes: int = 0
 
 
 @runtime_checkable
@@ -164,6 +183,23 @@ class MemoryStore(Protocol):
 
     def snapshot_fingerprint(self, user_id: str) -> str:
         """Return the fingerprint of `snapshot`: equal data gives equal fingerprints."""
+        ...
+
+    def erase(self, user_id: str) -> Erasure:
+        """Remove everything the store holds of a user: every layer, its history, its indexes.
+
+        Unlike `delete`, nothing is kept: afterwards the store holds no byte of the
+        user's memories, and the user is not in `users`. The user's bank locks are
+        held while it happens, in `LAYERS` order, so a writer waiting on one of them
+        writes afterwards, to an empty bank, and cannot bring back part of the old
+        one. Other users are untouched. A bank that is corrupt is erased too.
+
+        A user the store holds nothing of is not an error (an erase cut short, or
+        asked twice, is simply finished): the result's ``found`` is then ``False``.
+
+        Returns:
+            What was removed.
+        """
         ...
 
     def restore(self, snapshot: MemorySnapshot, *, replace: bool = False) -> None:

@@ -462,6 +462,81 @@ class MemoryStoreConformance:
         reference.restore(store.snapshot(OTHER))
         assert_same_memories(store, reference, OTHER)
 
+    # -- erasure ---------------------------------------------------------------------------
+
+    def test_erase_removes_the_user_and_only_the_user(
+        self, store: MemoryStore, reopen: Callable[[], MemoryStore]
+    ) -> None:
+        """Every layer and its history go, counted; another user's memories stay as they were."""
+        seed(store)
+        seed(store, OTHER)
+        other_before = store.snapshot(OTHER)
+        other_history = store.history(OTHER, "persona")
+        erased = store.erase(USER)
+        assert (erased.user_id, erased.found, erased.memories, erased.changes) == (USER, True, 4, 2)
+        for view in (store, reopen()):
+            assert view.users() == [OTHER]
+            assert view.snapshot(USER).is_empty
+            for layer in LAYERS:
+                assert view.list(USER, layer) == []
+                assert view.history(USER, layer) == []
+            assert view.snapshot(OTHER) == other_before
+            assert view.history(OTHER, "persona") == other_history
+
+    def test_erasing_a_user_never_stored_finds_nothing(self, store: MemoryStore) -> None:
+        """Not an error (a retried erase just finishes): ``found`` is false, nothing changes."""
+        seed(store, OTHER)
+        before = store.snapshot(OTHER)
+        assert store.erase(USER).found is False
+        assert (store.users(), store.snapshot(OTHER)) == ([OTHER], before)
+        seed(store)
+        assert store.erase(USER).found is True
+        assert store.erase(USER).found is False  # asked twice: the second finds nothing
+
+    def test_an_erased_user_starts_afresh(self, store: MemoryStore) -> None:
+        """After an erase, writes start an empty bank and an old cursor reads it whole."""
+        seed(store)
+        cursor = store.changes(USER, "persona").cursor
+        store.erase(USER)
+        assert store.changes(USER, "persona", cursor).full
+        record = store.add(USER, persona("new"))
+        changed = store.changes(USER, "persona", cursor)
+        assert (changed.full, changed.records) == (True, [record])
+        assert store.list(USER, "persona") == [record]
+        assert store.history(USER, "persona") == []
+
+    def test_erase_waits_for_a_locked_bank(self, store: MemoryStore) -> None:
+        """An erase waits for a `locked` block to end, then removes what it wrote too."""
+        seed(store)
+        entered, release = threading.Event(), threading.Event()
+        times: dict[str, float] = {}
+
+        def holder() -> None:
+            with store.locked(USER, "persona"):
+                entered.set()
+                release.wait(TIMEOUT)
+                store.add(USER, persona("written while the erase waited"))
+                times["released"] = time.monotonic()
+
+        def eraser() -> None:
+            assert entered.wait(TIMEOUT)
+            store.erase(USER)
+            times["erased"] = time.monotonic()
+
+        held, erasing = Job(holder), Job(eraser)
+        try:
+            assert entered.wait(TIMEOUT)
+            time.sleep(0.3)
+            assert erasing.is_alive(), "an erase went ahead while a bank was locked"
+        finally:
+            release.set()
+        deadline = time.monotonic() + TIMEOUT
+        held.outcome(deadline)
+        erasing.outcome(deadline)
+        assert times["released"] <= times["erased"]
+        assert store.snapshot(USER).is_empty
+        assert store.users() == []
+
     # -- concurrency -----------------------------------------------------------------------
 
     def test_concurrent_adds_all_land(

@@ -198,11 +198,24 @@ def test_a_path_like_user_id_stays_inside_the_snapshot_folder(kit, tmp_path: Pat
     # "../x" is a valid user id (any non-empty text is); it maps to a safe folder name.
     snapshots = tmp_path / "snapshots"
 
+    kit.store.add("../x", PersonaMemory(topic="tone", preference="terse"))
+
     [report] = maintain(kit, user_id="../x", snapshot_dir=str(snapshots)).result()
 
-    assert report["memories"] == {"trajectory": 0, "workspace": 0, "persona": 0}
+    assert report["memories"] == {"trajectory": 0, "workspace": 0, "persona": 1}
     assert Path(report["snapshot"]).resolve().parent == (snapshots / user_key("../x")).resolve()
-    assert [p.name for p in tmp_path.iterdir()] == ["snapshots"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["snapshots", "store"]
+
+
+def test_a_user_without_memories_gets_no_snapshot(kit, tmp_path: Path) -> None:
+    # An erased user, maintained by name or listed before the erase, must get no file.
+    snapshots = tmp_path / "snapshots"
+
+    [report] = maintain(kit, user_id="nobody", snapshot_dir=str(snapshots)).result()
+
+    assert report["memories"] == {"trajectory": 0, "workspace": 0, "persona": 0}
+    assert report["snapshot"] is None
+    assert not snapshots.exists()
     assert kit.store.users() == []
 
 
