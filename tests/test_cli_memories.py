@@ -87,14 +87,17 @@ def test_find_a_wrong_preference_correct_it_and_the_next_decision_uses_it(
 
     code, table, _ = cli(capsys, "memories", address, "ada", "--search", "citation style")
     assert code == 0
-    assert wrong in table and "MLA" in table and "citation style" in table
+    assert wrong in table
+    assert "MLA" in table
+    assert "citation style" in table
 
     code, out, err = cli(
         capsys, "edit", address, "ada", wrong, "--set", "preference=APA", "--reason", "I use APA"
     )
     assert (code, err) == (0, "")
     assert f"edited persona memory {wrong}" in out
-    assert "APA" not in out and "MLA" not in out  # corrections print ids, not contents
+    assert "APA" not in out
+    assert "MLA" not in out
 
     assert decide(address, CITATION)["citation style"] == "citation style: APA"
     looked = as_json(capsys, "memories", address, "ada", "--layer", "persona", "--history")
@@ -102,7 +105,10 @@ def test_find_a_wrong_preference_correct_it_and_the_next_decision_uses_it(
     assert current[wrong] == "APA"
     (change,) = looked["history"]
     assert (change["operation"], change["before"]["id"]) == ("update", wrong)
-    assert (change["before"]["content"]["preference"], change["after"]["content"]["preference"]) == (
+    assert (
+        change["before"]["content"]["preference"],
+        change["after"]["content"]["preference"],
+    ) == (
         "MLA",
         "APA",
     )
@@ -120,20 +126,23 @@ def test_a_buried_memory_is_kept_but_never_retrieved_until_unburied(
     assert "tone" in decide(address, TONE)
 
     code, out, _ = cli(capsys, "bury", address, "ada", tone, "--reason", "not any more")
-    assert code == 0 and f"buried persona memory {tone}" in out
+    assert code == 0
+    assert f"buried persona memory {tone}" in out
     assert tone not in retrieved(address, "tone")
     assert "tone" not in decide(address, TONE)
     searched = as_json(capsys, "memories", address, "ada", "--search", "tone")
     assert tone not in {m["id"] for m in searched["memories"]}
     listed = as_json(capsys, "memories", address, "ada")
     (kept,) = [m for m in listed["memories"] if m["id"] == tone]
-    assert kept["buried_at"] is not None and kept["content"]["preference"] == "terse, no preamble"
+    assert kept["buried_at"] is not None
+    assert kept["content"]["preference"] == "terse, no preamble"
     code, table, _ = cli(capsys, "memories", address, "ada")
     assert "buried" in table
     assert cli(capsys, "bury", address, "ada", tone)[1].endswith("was already buried\n")
 
     code, out, _ = cli(capsys, "unbury", address, "ada", tone)
-    assert code == 0 and f"unburied persona memory {tone}" in out
+    assert code == 0
+    assert f"unburied persona memory {tone}" in out
     assert tone in retrieved(address, "tone")
     assert decide(address, TONE)["tone"] == "tone: terse, no preamble"
 
@@ -143,14 +152,20 @@ def test_a_forgotten_memory_is_never_retrieved_again(
 ) -> None:
     gone = seeded["ada:summary length"]
     code, out, _ = cli(capsys, "forget", address, "ada", gone, "--reason", "wrong person")
-    assert code == 0 and f"forgot persona memory {gone}" in out
+    assert code == 0
+    assert f"forgot persona memory {gone}" in out
     assert gone not in retrieved(address, "summary length words")
     looked = as_json(capsys, "memories", address, "ada", "--history")
     assert gone not in {m["id"] for m in looked["memories"]}
     (change,) = looked["history"]
-    assert (change["operation"], change["reason"]) == ("delete", "forgotten by a person: wrong person")
+    assert (change["operation"], change["reason"]) == (
+        "delete",
+        "forgotten by a person: wrong person",
+    )
     code, _, err = cli(capsys, "forget", address, "ada", gone)
-    assert code == 1 and err.startswith("error: no ") and gone in err
+    assert code == 1
+    assert err.startswith("error: no ")
+    assert gone in err
 
 
 @pytest.mark.parametrize(
@@ -180,7 +195,8 @@ def test_bad_corrections_are_an_error_message_and_change_nothing(
     command, *rest = [arg.replace("{id}", seeded["ada:citation style"]) for arg in args]
     code, out, err = cli(capsys, command, address, "ada", *rest)
     assert (code, out) == (1, ""), err
-    assert err.startswith("error: ") and message in err, err
+    assert err.startswith("error: "), err
+    assert message in err, err
     assert len(err.splitlines()) == 1  # no traceback
     assert store.snapshot_fingerprint("ada") == before
     assert store.history("ada", "persona") == []
@@ -210,7 +226,9 @@ def test_contents_are_shown_as_written_never_as_markup(
     root = str(tmp_path / "store")
     MemoryBank(root).add("ada", PersonaMemory(topic="[bold]tone[/bold]", preference="[red]x"))
     code, out, _ = cli(capsys, "memories", root, "ada")
-    assert code == 0 and "[bold]tone[/bold]" in out and "[red]x" in out
+    assert code == 0
+    assert "[bold]tone[/bold]" in out
+    assert "[red]x" in out
 
 
 def test_help_reads_like_prefect_s(run_cli) -> None:
@@ -220,6 +238,8 @@ def test_help_reads_like_prefect_s(run_cli) -> None:
         assert f"│ {command} " in top.stdout
     assert "A person's memories" in top.stdout  # commands grouped in panels
     edit = run_cli("edit", "--help")
-    assert edit.returncode == 0 and "FIELD=VALUE" in edit.stdout
+    assert edit.returncode == 0
+    assert "FIELD=VALUE" in edit.stdout
     bare = run_cli()
-    assert bare.returncode == 2 and "Usage: autopersona" in bare.stdout + bare.stderr
+    assert bare.returncode == 2
+    assert "Usage: autopersona" in bare.stdout + bare.stderr

@@ -225,12 +225,9 @@ class MemoryBank:
         """The superseded and deleted versions, oldest first; see `MemoryStore.history`."""
         return self.store.history(user_id, layer, memory_id)
 
-
     # -- a person's corrections, by id (see autopersona_flows/memory/corrections.py) ----------
 
-    def find(
-        self, user_id: str, memory_id: str, layer: MemoryLayer | None = None
-    ) -> MemoryRecord:
+    def find(self, user_id: str, memory_id: str, layer: MemoryLayer | None = None) -> MemoryRecord:
         """The user's memory with this id, in any layer unless given; see `find_memory`."""
         return find_memory(self.store, user_id, memory_id, layer)
 

@@ -245,13 +245,15 @@ class MemoryStoreConformance:
         assert again.get(USER, "persona", record.id) == edited
         unburied = again.update(USER, "persona", record.id, edited.content, buried=False)
         assert unburied.buried_at is None
-        assert [(c.before.buried_at is None, c.after and c.after.buried_at is None) for c in
-                again.history(USER, "persona", record.id)] == [
+        assert [
+            (c.before.buried_at is None, c.after and c.after.buried_at is None)
+            for c in again.history(USER, "persona", record.id)
+        ] == [
             (True, False),
             (False, False),
             (False, True),
         ]
-        assert [c.reason for c in again.history(USER, "persona", record.id)][0] == "wrong"
+        assert next(c.reason for c in again.history(USER, "persona", record.id)) == "wrong"
 
     # -- validation and errors -------------------------------------------------------------
 

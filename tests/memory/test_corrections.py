@@ -32,7 +32,8 @@ def test_edit_is_a_revision_seen_by_the_next_retrieval(store: JsonlMemoryStore) 
         record.created_at,
         "APA",
     )
-    assert edited.embedding is not None and edited.embedding != record.embedding
+    assert edited.embedding is not None
+    assert edited.embedding != record.embedding
     (hit,) = bank.retrieve("ada", [SearchRequest(layer="persona", query="APA")])
     assert hit.record == edited
     (change,) = bank.history("ada", "persona", record.id)
@@ -51,13 +52,15 @@ def test_bury_hides_from_every_lookup_and_survives_edits(store: JsonlMemoryStore
     record = bank.add("ada", content)
     assert found(bank, "tone") == [record.id]
     buried = bank.bury("ada", record.id)
-    assert buried.buried_at is not None and buried.at == record.at
+    assert buried.buried_at is not None
+    assert buried.at == record.at
     assert found(bank, "tone") == []
     assert bank.retriever.find_exact("ada", "persona", content) is None
     assert bank.retriever.learned_at("ada", ["node-a"]) == []
     assert bank.retriever.containing("ada", "persona", ["terse"]) == []
     edited = bank.edit("ada", record.id, {"preference": "warm"})
-    assert edited.buried_at == buried.buried_at and found(bank, "warm") == []
+    assert edited.buried_at == buried.buried_at
+    assert found(bank, "warm") == []
     # A fresh bank over the same folder (another process) sees it buried too.
     assert found(MemoryBank(JsonlMemoryStore(store.root)), "tone warm") == []
     assert bank.unbury("ada", record.id).buried_at is None
