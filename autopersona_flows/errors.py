@@ -16,6 +16,7 @@ each also inherits the builtin it refines, so ``except ValueError`` keeps workin
     │   └── EmbeddingMismatchError
     ├── RetrievalError (ValueError)
     ├── ResolverError (ValueError)
+    ├── CorrectionError (ValueError)
     ├── IngestionError (ValueError)
     │   └── ExtractionError
     ├── PolicyError (ValueError)
@@ -48,6 +49,7 @@ __all__ = [
     "BlankAnswerError",
     "ClarificationTimeoutError",
     "ConfigurationError",
+    "CorrectionError",
     "DuplicateMemoryError",
     "EmbedderError",
     "EmbeddingMismatchError",
@@ -183,6 +185,14 @@ class RetrievalError(AutopersonaError, ValueError):
 
 class ResolverError(AutopersonaError, ValueError):
     """An update resolver returned a decision that cannot be applied; nothing was written."""
+
+
+class CorrectionError(AutopersonaError, ValueError):
+    """A person's correction of a memory cannot be applied as asked; nothing was written.
+
+    For example an id that is not a memory id, a field the memory's layer does not
+    have, or a value the field cannot hold.
+    """
 
 
 class IngestionError(AutopersonaError, ValueError):

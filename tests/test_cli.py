@@ -79,6 +79,10 @@ COMMANDS: dict[str, Callable[[Path, Path], list[str]]] = {
     "reindex": lambda root, tmp: ["reindex", str(root)],
     "migrate": lambda root, tmp: ["migrate", "--from", str(root), "--to", str(tmp / "copy")],
     "ingest": lambda root, tmp: ["ingest", str(root), str(tmp / "tasks.jsonl")],
+    "memories": lambda root, tmp: ["memories", str(root), "ada"],
+    "memories --search --history": lambda root, tmp: [
+        *("memories", str(root), "ada", "--search", "tone", "--history", "--json"),
+    ],
 }
 
 

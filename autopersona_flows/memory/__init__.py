@@ -13,6 +13,13 @@ if TYPE_CHECKING:
     from autopersona_flows.memory.bank import MemoryBank
     from autopersona_flows.memory.chatlog import ChatMessage, chat_sessions
     from autopersona_flows.memory.consolidation import promote_choices
+    from autopersona_flows.memory.corrections import (
+        bury_memory,
+        edit_memory,
+        find_memory,
+        forget_memory,
+        unbury_memory,
+    )
     from autopersona_flows.memory.embedders import (
         Embedder,
         FunctionEmbedder,
@@ -96,6 +103,13 @@ else:
             "autopersona_flows.memory.bank": ("MemoryBank",),
             "autopersona_flows.memory.chatlog": ("ChatMessage", "chat_sessions"),
             "autopersona_flows.memory.consolidation": ("promote_choices",),
+            "autopersona_flows.memory.corrections": (
+                "bury_memory",
+                "edit_memory",
+                "find_memory",
+                "forget_memory",
+                "unbury_memory",
+            ),
             "autopersona_flows.memory.embedders": (
                 "Embedder",
                 "FunctionEmbedder",
@@ -225,13 +239,17 @@ __all__ = [
     "UpdateDecision",
     "WorkspaceMemory",
     "as_content",
+    "bury_memory",
     "chat_sessions",
     "check_user_id",
     "consolidate_duplicates",
     "content_type",
+    "edit_memory",
     "embed_records",
     "erase_user",
     "expire_workspace",
+    "find_memory",
+    "forget_memory",
     "get_embedder",
     "history_to_raw_tasks",
     "ingest_task_history",
@@ -248,6 +266,7 @@ __all__ = [
     "reindex_user",
     "retire_expired",
     "same_slot",
+    "unbury_memory",
     "valid_until",
     "write_snapshot",
 ]

@@ -10,11 +10,18 @@ the everyday operations; the parts stay reachable for anything else.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, overload
 
 from autopersona_flows.errors import MemoryBankError
+from autopersona_flows.memory.corrections import (
+    bury_memory,
+    edit_memory,
+    find_memory,
+    forget_memory,
+    unbury_memory,
+)
 from autopersona_flows.memory.embedders import Embedder, HashingEmbedder
 from autopersona_flows.memory.extraction import Extractor
 from autopersona_flows.memory.ingestion import IngestionResult, ingest_task_history
@@ -217,6 +224,47 @@ class MemoryBank:
     ) -> list[MemoryChange]:
         """The superseded and deleted versions, oldest first; see `MemoryStore.history`."""
         return self.store.history(user_id, layer, memory_id)
+
+    # -- a person's corrections, by id (see autopersona_flows/memory/corrections.py) ----------
+
+    def find(self, user_id: str, memory_id: str, layer: MemoryLayer | None = None) -> MemoryRecord:
+        """The user's memory with this id, in any layer unless given; see `find_memory`."""
+        return find_memory(self.store, user_id, memory_id, layer)
+
+    def edit(
+        self,
+        user_id: str,
+        memory_id: str,
+        changes: Mapping[str, Any],
+        *,
+        layer: MemoryLayer | None = None,
+        reason: str = "",
+    ) -> MemoryRecord:
+        """Revise fields of a memory's content, the old version to history; see `edit_memory`.
+
+        The next retrieval (and so the next decision) sees the new content.
+        """
+        return edit_memory(
+            self.store, self.embedder, user_id, memory_id, changes, layer=layer, reason=reason
+        )
+
+    def forget(
+        self, user_id: str, memory_id: str, *, layer: MemoryLayer | None = None, reason: str = ""
+    ) -> MemoryRecord:
+        """Delete a memory, kept in the history only; see `forget_memory`."""
+        return forget_memory(self.store, user_id, memory_id, layer=layer, reason=reason)
+
+    def bury(
+        self, user_id: str, memory_id: str, *, layer: MemoryLayer | None = None, reason: str = ""
+    ) -> MemoryRecord:
+        """Keep a memory but never retrieve it until unburied; see `bury_memory`."""
+        return bury_memory(self.store, user_id, memory_id, layer=layer, reason=reason)
+
+    def unbury(
+        self, user_id: str, memory_id: str, *, layer: MemoryLayer | None = None, reason: str = ""
+    ) -> MemoryRecord:
+        """Let a buried memory be retrieved again; see `unbury_memory`."""
+        return unbury_memory(self.store, user_id, memory_id, layer=layer, reason=reason)
 
 
 def _opened(store: object) -> MemoryStore:

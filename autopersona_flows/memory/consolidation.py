@@ -110,6 +110,7 @@ def promote_choices(
         task
         for record in updater.store.list(user_id, "trajectory")
         if (record.valid_until is None or now < record.valid_until)
+        and record.buried_at is None  # a buried task teaches nothing until unburied
         and (task := _task(record)) is not None
     ]
     groups = _groups(tasks, min_repeats)

@@ -131,7 +131,12 @@ class BankIndex:
     # -- maintenance -------------------------------------------------------------------
 
     def apply(self, changes: ChangeSet) -> None:
-        """Bring the index up to date with a change set from the store."""
+        """Bring the index up to date with a change set from the store.
+
+        A buried record (`MemoryRecord.buried_at`) is left out as if deleted: every
+        search, lookup and duplicate check goes through an index, so none of them
+        sees it, and unburying it brings it back through the same change feed.
+        """
         if changes.full or changes.records or changes.deleted:
             self._weighed = {}  # every idf and length norm moves with the bank
             self._holding = {}
@@ -141,7 +146,7 @@ class BankIndex:
             self._remove(memory_id)
         for record in changes.records:
             self._remove(record.id)
-        self._add(changes.records)
+        self._add([record for record in changes.records if record.buried_at is None])
         self.cursor = changes.cursor
         dead = len(self.records) - len(self.rows)
         if dead > max(1024, len(self.rows)):

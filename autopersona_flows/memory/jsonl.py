@@ -245,12 +245,15 @@ class JsonlMemoryStore:
         at: datetime | None = None,
         valid_until: datetime | None = None,
         reason: str = "",
+        buried: bool | None = None,
     ) -> MemoryRecord:
         """Replace a record's content; see `MemoryStore.update`."""
         content = as_content(content, layer)
         with self._write(user_id, layer) as bank:
             before = bank.require(memory_id)
-            after = before.revised(content, embedding=embedding, at=at, valid_until=valid_until)
+            after = before.revised(
+                content, embedding=embedding, at=at, valid_until=valid_until, buried=buried
+            )
             # The bank first: the history never holds a change the bank does not have. A
             # crash between the two writes leaves this one out of the history file, not
             # lost: the bank's log keeps the superseded version, and `history` lists it

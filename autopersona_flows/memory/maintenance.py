@@ -262,7 +262,9 @@ def _merge_pass(
     layer: MemoryLayer,
     threshold: float,
 ) -> list[MemoryMerge]:
-    records = sorted(store.list(user_id, layer), key=_age)
+    # A buried memory is the person's to unbury: merging it would delete a live twin
+    # in its favour, or it in a live one's.
+    records = sorted((r for r in store.list(user_id, layer) if r.buried_at is None), key=_age)
     # Equal content is a duplicate whatever it scores: BM25 normalises by length, so a
     # long memory can score below the threshold against its own text.
     same: dict[str, list[MemoryRecord]] = {}

@@ -392,13 +392,16 @@ class PostgresMemoryStore:
         at: datetime | None = None,
         valid_until: datetime | None = None,
         reason: str = "",
+        buried: bool | None = None,
     ) -> MemoryRecord:
         """Replace a record's content; see `MemoryStore.update`."""
         user, layer = self._key(user_id, layer)
         content = as_content(content, layer)
         with self._write(user, layer) as conn:
             before = self._require(conn, user, layer, memory_id)
-            after = before.revised(content, embedding=embedding, at=at, valid_until=valid_until)
+            after = before.revised(
+                content, embedding=embedding, at=at, valid_until=valid_until, buried=buried
+            )
             seq = self._next_seq(conn, user, layer)
             change = MemoryChange(
                 operation="update", at=after.updated_at, before=before, after=after, reason=reason

@@ -113,13 +113,16 @@ class MemoryStore(Protocol):
         at: datetime | None = None,
         valid_until: datetime | None = None,
         reason: str = "",
+        buried: bool | None = None,
     ) -> MemoryRecord:
         """Replace a record's content, keeping its id and creation time.
 
         The previous version is kept in the change history, with ``reason``. The
         stored embedding described the old content, so it is replaced by
         ``embedding`` (or dropped). ``at`` and ``valid_until`` are the new
-        content's `MemoryRecord.stated_at` and ``valid_until``.
+        content's `MemoryRecord.stated_at` and ``valid_until``. ``buried`` buries
+        (``True``) or unburies (``False``) the record (`MemoryRecord.buried_at`);
+        ``None``, the default, keeps it as it was.
 
         Returns:
             The updated record.

@@ -337,6 +337,9 @@ class MemoryRecord(_Strict):
         stated_at: When the person said it or it was observed, if that is not when
             it was written (a backfilled history); ``None`` means `updated_at`.
         valid_until: When it stops holding ("until March"), if it is time-bounded.
+        buried_at: When a person buried it, if they did: a buried record is kept
+            (and shown) but never retrieved, so no decision uses it, until it is
+            unburied. Revisions keep it buried.
     """
 
     id: MemoryId = Field(default_factory=new_memory_id)
@@ -347,6 +350,7 @@ class MemoryRecord(_Strict):
     embedding: Embedding | None = None
     stated_at: _OptionalTime = None
     valid_until: _OptionalTime = None
+    buried_at: _OptionalTime = None
 
     @classmethod
     def of(cls, content: LayerContent, **fields: Any) -> Self:
@@ -369,6 +373,7 @@ class MemoryRecord(_Strict):
         embedding: Embedding | None = None,
         at: datetime | None = None,
         valid_until: datetime | None = None,
+        buried: bool | None = None,
     ) -> Self:
         """This record with new content: same id and creation time, updated now.
 
@@ -378,7 +383,12 @@ class MemoryRecord(_Strict):
                 content, so it is dropped if none is given.
             at: When the new content was stated, if not now.
             valid_until: When the new content stops holding, if it does.
+            buried: Bury it (``True``, keeping an earlier burial's time) or unbury it
+                (``False``); ``None`` keeps it as it is.
         """
+        buried_at = self.buried_at
+        if buried is not None and buried != (buried_at is not None):
+            buried_at = _now() if buried else None
         return type(self)(
             id=self.id,
             layer=self.layer,
@@ -388,6 +398,7 @@ class MemoryRecord(_Strict):
             embedding=embedding,
             stated_at=at,
             valid_until=valid_until,
+            buried_at=buried_at,
         )
 
     @field_validator("content", mode="before")

@@ -212,6 +212,49 @@ class MemoryStoreConformance:
         ]
         assert again.list(USER, "persona") == [a2]
 
+    def test_buried_is_kept_through_updates_until_unburied(
+        self, store: MemoryStore, reopen: Callable[[], MemoryStore]
+    ) -> None:
+        """``buried=True`` sets `MemoryRecord.buried_at`; later updates keep it; False clears it.
+
+        Each burial and unburial is an update in the history, and the change feed
+        carries it, so an index built on `changes` learns of it.
+        """
+        record = store.add(USER, MemoryRecord.of(persona("t", "1"), embedding=embedding_of(1.0)))
+        cursor = store.changes(USER, "persona").cursor
+        buried = store.update(
+            USER,
+            "persona",
+            record.id,
+            record.content,
+            embedding=record.embedding,
+            at=record.at,
+            reason="wrong",
+            buried=True,
+        )
+        assert buried.buried_at is not None
+        assert (buried.content, buried.embedding, buried.at) == (
+            record.content,
+            record.embedding,
+            record.at,
+        )
+        assert store.changes(USER, "persona", cursor).records == [buried]
+        edited = store.update(USER, "persona", record.id, persona("t", "2"))
+        assert edited.buried_at == buried.buried_at
+        again = reopen()
+        assert again.get(USER, "persona", record.id) == edited
+        unburied = again.update(USER, "persona", record.id, edited.content, buried=False)
+        assert unburied.buried_at is None
+        assert [
+            (c.before.buried_at is None, c.after and c.after.buried_at is None)
+            for c in again.history(USER, "persona", record.id)
+        ] == [
+            (True, False),
+            (False, False),
+            (False, True),
+        ]
+        assert next(c.reason for c in again.history(USER, "persona", record.id)) == "wrong"
+
     # -- validation and errors -------------------------------------------------------------
 
     @pytest.mark.parametrize("user_id", ["", "\ud800"], ids=["empty", "lone-surrogate"])

@@ -1,0 +1,367 @@
+"""Commands to look at one person's memories and correct them: memories, edit, forget, bury.
+
+``memories`` is the one command that shows memory contents: a person asked for
+them. The corrections print what they did to which id, not what it said.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from autopersona_flows import _json
+from autopersona_flows.cli.root import EMBEDDER_HELP, STORE_HELP, app, console, existing_store
+from autopersona_flows.errors import CorrectionError
+from autopersona_flows.memory.bank import MemoryBank
+from autopersona_flows.memory.embedders import get_embedder
+from autopersona_flows.memory.records import (
+    LAYERS,
+    LayerContent,
+    MemoryLayer,
+    MemoryRecord,
+    PersonaMemory,
+    TrajectoryMemory,
+)
+from autopersona_flows.memory.retrieval import SearchRequest
+from autopersona_flows.memory.snapshots import MemoryChange
+
+__all__: list[str] = []  # commands only: they register on the app
+
+PANEL = "A person's memories"
+
+Store = Annotated[str, typer.Argument(metavar="STORE", help=STORE_HELP, show_default=False)]
+User = Annotated[
+    str, typer.Argument(metavar="USER", help="The user id, exactly as stored.", show_default=False)
+]
+MemoryId = Annotated[
+    str,
+    typer.Argument(
+        metavar="ID",
+        help="The memory's id, as `autopersona memories` lists it.",
+        show_default=False,
+    ),
+]
+Layer = Annotated[
+    str | None,
+    typer.Option(
+        "--layer", metavar="LAYER", help="trajectory, workspace or persona (default: every layer)."
+    ),
+]
+Reason = Annotated[str, typer.Option("--reason", help="Why, kept in the memory's history.")]
+Embedder = Annotated[str, typer.Option("--embedder", help=EMBEDDER_HELP)]
+
+_WIDE = 60  # characters of a value shown in a table cell before it is cut
+
+
+def _layers(value: str | None) -> tuple[MemoryLayer, ...]:
+    return LAYERS if value is None else (_one_layer(value),)
+
+
+def _layer(value: str | None) -> MemoryLayer | None:
+    return None if value is None else _one_layer(value)
+
+
+def _one_layer(value: str) -> MemoryLayer:
+    for layer in LAYERS:
+        if value == layer:
+            return layer
+    raise typer.BadParameter(f"{value!r} is not one of {', '.join(LAYERS)}", param_hint="--layer")
+
+
+def _bank(store: str, embedder: str) -> MemoryBank:
+    return MemoryBank(existing_store(store), get_embedder(embedder))
+
+
+@app.command("memories", rich_help_panel=PANEL)
+def memories_command(  # noqa: PLR0917 - a command's parameters are its command line
+    store: Store,
+    user: User,
+    layer: Layer = None,
+    search: Annotated[
+        str | None,
+        typer.Option(
+            "--search",
+            metavar="TEXT",
+            help="Only memories retrieval finds for TEXT, best matches first (what a "
+            "decision would see: buried ones are not found).",
+        ),
+    ] = None,
+    history: Annotated[
+        bool, typer.Option("--history", help="Also list superseded and deleted versions.")
+    ] = False,
+    json: Annotated[bool, typer.Option("--json", help="Print JSON, for scripts.")] = False,
+    embedder: Embedder = "hashing",
+) -> None:
+    """Show a user's memories: id, layer, topic or task, value, when, where learned.
+
+    The one command that prints memory contents. Buried memories are listed (and
+    marked) but never found by --search, as no decision finds them.
+    """
+    layers = _layers(layer)
+    bank = _bank(store, embedder)
+    records = {name: bank.store.list(user, name) for name in layers}
+    scores: dict[str, float] = {}
+    if search is None:
+        shown = [
+            record
+            for name in layers
+            for record in sorted(records[name], key=lambda r: (r.at, r.id), reverse=True)
+        ]
+    else:
+        searches = [
+            SearchRequest(layer=name, query=search, top_k=max(1, len(records[name])))
+            for name in layers
+        ]
+        found = sorted(bank.retrieve(user, searches), key=lambda scored: -scored.score)
+        scores = {scored.record.id: scored.score for scored in found}
+        shown = [scored.record for scored in found]
+    changes = [c for name in layers for c in bank.history(user, name)] if history else []
+    changes.sort(key=lambda change: change.at)
+    if json:
+        print(_json.dumps(_as_json(user, shown, scores, changes if history else None)).decode())
+        return
+    out = console()
+    if not shown:
+        what = f"found for {search!r}" if search is not None else "stored"
+        print(
+            f"no {'/'.join(layers) if layer else ''}{' ' if layer else ''}memories {what} "
+            f"for user {user!r}"
+        )
+    else:
+        out.print(_table(f"memories of {user}", shown, scores))
+    if history:
+        if changes:
+            out.print(_history_table(f"history of {user}", changes))
+        else:
+            print(f"no history for user {user!r}")
+
+
+def _state(record: MemoryRecord, now: datetime) -> str:
+    if record.buried_at is not None:
+        return "buried"
+    if record.valid_until is not None and record.valid_until <= now:
+        return "expired"
+    return ""
+
+
+def _subject_and_value(content: LayerContent) -> tuple[str, str]:
+    if isinstance(content, PersonaMemory):
+        return content.topic, content.preference
+    if isinstance(content, TrajectoryMemory):
+        outcome = "" if content.outcome is None else _short(content.outcome)
+        return content.query, " / ".join(part for part in (outcome, content.insight) if part)
+    task = "" if content.task is None else _short(content.task)
+    return task, "" if content.state is None else _short(content.state)
+
+
+def _short(value: Any) -> str:
+    text = value if isinstance(value, str) else _json.dumps(value).decode()
+    return text if len(text) <= _WIDE else text[: _WIDE - 1] + "…"
+
+
+def _origin(content: LayerContent) -> str:
+    if not isinstance(content, PersonaMemory):
+        return ""
+    learned = [f"at {context}" for context in content.contexts[:2]]
+    drawn = [f"from {len(content.sources)} memories"] if content.sources else []
+    return "; ".join(_short(part) for part in [*learned, *drawn])
+
+
+def _when(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def _table(title: str, records: list[MemoryRecord], scores: dict[str, float]) -> Table:
+    now = datetime.now(UTC)
+    table = Table(title=title, title_justify="left")
+    table.add_column("id", no_wrap=True, style="cyan")
+    table.add_column("layer")
+    if scores:
+        table.add_column("score", justify="right")
+    table.add_column("topic / task")
+    table.add_column("value")
+    table.add_column("when (UTC)", no_wrap=True)
+    table.add_column("learned")
+    table.add_column("state", style="yellow")
+    for record in records:
+        subject, value = _subject_and_value(record.content)
+        # Text cells: memory contents are shown as written, never read as Rich markup.
+        cells = [Text(record.id), Text(record.layer)]
+        if scores:
+            cells.append(Text(f"{scores[record.id]:.2f}"))
+        cells += [
+            Text(_short(subject)),
+            Text(_short(value)),
+            Text(_when(record.at)),
+            Text(_origin(record.content)),
+            Text(_state(record, now)),
+        ]
+        table.add_row(*cells)
+    return table
+
+
+def _history_table(title: str, changes: list[MemoryChange]) -> Table:
+    table = Table(title=title, title_justify="left")
+    for column in ("when (UTC)", "change", "id", "layer", "before", "after", "reason"):
+        table.add_column(column, no_wrap=column in ("when (UTC)", "id"))
+    for change in changes:
+        before = _subject_and_value(change.before.content)[1]
+        after = "" if change.after is None else _subject_and_value(change.after.content)[1]
+        table.add_row(
+            *(
+                Text(cell)
+                for cell in (
+                    _when(change.at),
+                    change.operation,
+                    change.before.id,
+                    change.before.layer,
+                    _short(before),
+                    _short(after),
+                    change.reason,
+                )
+            )
+        )
+    return table
+
+
+def _record_json(record: MemoryRecord) -> dict[str, Any]:
+    # The vector is noise to a person or a script reading contents; its model is kept.
+    data = record.model_dump(mode="json", exclude={"embedding"})
+    data["embedder"] = record.embedding.model if record.embedding else None
+    return data
+
+
+def _as_json(
+    user: str,
+    records: list[MemoryRecord],
+    scores: dict[str, float],
+    changes: list[MemoryChange] | None,
+) -> dict[str, Any]:
+    memories = [
+        {**_record_json(record), **({"score": scores[record.id]} if scores else {})}
+        for record in records
+    ]
+    data: dict[str, Any] = {"user_id": user, "memories": memories}
+    if changes is not None:
+        data["history"] = [
+            {
+                "operation": change.operation,
+                "at": change.at.isoformat(),
+                "reason": change.reason,
+                "before": _record_json(change.before),
+                "after": None if change.after is None else _record_json(change.after),
+            }
+            for change in changes
+        ]
+    return data
+
+
+def _assignments(record: MemoryRecord, pairs: list[str]) -> dict[str, Any]:
+    """``FIELD=VALUE`` pairs as new values: text for text fields, JSON for the others."""
+    changes: dict[str, Any] = {}
+    for pair in pairs:
+        name, equals, raw = pair.partition("=")
+        name = name.strip()
+        if not equals or not name:
+            raise CorrectionError(f"--set takes FIELD=VALUE (e.g. preference=APA), got {pair!r}")
+        current = getattr(record.content, name, None)
+        if current is None or isinstance(current, str):
+            changes[name] = raw
+            continue
+        try:
+            changes[name] = _json.loads(raw)
+        except _json.JSONDecodeError:
+            kind = "a list" if isinstance(current, list) else "JSON"
+            raise CorrectionError(
+                f"--set {name}=...: the {record.layer} field {name!r} takes {kind}, "
+                f"e.g. {name}='{_json.dumps(current).decode()}'; got {raw!r}"
+            ) from None
+    return changes
+
+
+@app.command("edit", rich_help_panel=PANEL)
+def edit_command(  # noqa: PLR0917 - a command's parameters are its command line
+    store: Store,
+    user: User,
+    memory_id: MemoryId,
+    assignments: Annotated[
+        list[str],
+        typer.Option(
+            "--set",
+            metavar="FIELD=VALUE",
+            help="A new value of a content field (repeat for several); JSON for fields "
+            "that are not text, e.g. aliases='[\"tone\"]'.",
+            show_default=False,
+        ),
+    ],
+    layer: Layer = None,
+    reason: Reason = "",
+    embedder: Embedder = "hashing",
+) -> None:
+    """Correct a memory: a revision, the old version kept in its history.
+
+    The next retrieval, and so the next decision, uses the new value.
+    """
+    bank = _bank(store, embedder)
+    record = bank.find(user, memory_id, _layer(layer))
+    changes = _assignments(record, assignments)
+    edited = bank.edit(user, memory_id, changes, layer=record.layer, reason=reason)
+    fields = ", ".join(changes)
+    if edited == record:
+        print(f"{record.layer} memory {memory_id} already says that: unchanged")
+    else:
+        print(f"edited {record.layer} memory {memory_id} ({fields}); the old version is in history")
+
+
+@app.command("forget", rich_help_panel=PANEL)
+def forget_command(
+    store: Store,
+    user: User,
+    memory_id: MemoryId,
+    layer: Layer = None,
+    reason: Reason = "",
+) -> None:
+    """Delete a memory: never retrieved again, kept only in the change history."""
+    bank = MemoryBank(existing_store(store))
+    gone = bank.forget(user, memory_id, layer=_layer(layer), reason=reason)
+    print(f"forgot {gone.layer} memory {memory_id}; it is no longer retrieved")
+
+
+@app.command("bury", rich_help_panel=PANEL)
+def bury_command(
+    store: Store,
+    user: User,
+    memory_id: MemoryId,
+    layer: Layer = None,
+    reason: Reason = "",
+) -> None:
+    """Keep a memory but leave it out of retrieval and decisions until unburied."""
+    bank = MemoryBank(existing_store(store))
+    before = bank.find(user, memory_id, _layer(layer))
+    after = bank.bury(user, memory_id, layer=before.layer, reason=reason)
+    if before.buried_at is not None:
+        print(f"{after.layer} memory {memory_id} was already buried")
+    else:
+        print(f"buried {after.layer} memory {memory_id}: kept, never retrieved until unburied")
+
+
+@app.command("unbury", rich_help_panel=PANEL)
+def unbury_command(
+    store: Store,
+    user: User,
+    memory_id: MemoryId,
+    layer: Layer = None,
+    reason: Reason = "",
+) -> None:
+    """Let a buried memory be retrieved and used again."""
+    bank = MemoryBank(existing_store(store))
+    before = bank.find(user, memory_id, _layer(layer))
+    after = bank.unbury(user, memory_id, layer=before.layer, reason=reason)
+    if before.buried_at is None:
+        print(f"{after.layer} memory {memory_id} was not buried")
+    else:
+        print(f"unburied {after.layer} memory {memory_id}: retrieved again")
