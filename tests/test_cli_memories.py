@@ -7,6 +7,7 @@ run would make them.
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
@@ -243,3 +244,27 @@ def test_help_reads_like_prefect_s(run_cli) -> None:
     bare = run_cli()
     assert bare.returncode == 2
     assert "Usage: autopersona" in bare.stdout + bare.stderr
+
+
+def test_erase_removes_a_person_after_confirmation_and_only_them(
+    capsys, monkeypatch, address, seeded, tmp_path
+) -> None:
+    snapshots = tmp_path / "snapshots"
+
+    # Refused at the prompt: nothing is erased.
+    monkeypatch.setattr("sys.stdin", io.StringIO("n\n"))
+    code, _, _ = cli(capsys, "erase", address, "ada", "--snapshots", str(snapshots))
+    assert code == 1
+    assert len(as_json(capsys, "memories", address, "ada")["memories"]) == 3
+
+    code, out, err = cli(capsys, "erase", address, "ada", "--snapshots", str(snapshots), "--yes")
+    assert (code, err) == (0, "")
+    assert out.startswith("erased 'ada': 3 memories")
+    assert as_json(capsys, "memories", address, "ada")["memories"] == []
+    [bob] = as_json(capsys, "memories", address, "bob")["memories"]
+    assert bob["id"] == seeded["bob:citation style"]
+
+    # Erasing again finds nothing: an error, as for a mistyped id.
+    code, _, err = cli(capsys, "erase", address, "ada", "--snapshots", str(snapshots), "-y")
+    assert code == 1
+    assert err == "error: nothing is stored of 'ada': nothing was erased\n"

@@ -365,3 +365,42 @@ def unbury_command(
         print(f"{after.layer} memory {memory_id} was not buried")
     else:
         print(f"unburied {after.layer} memory {memory_id}: retrieved again")
+
+
+@app.command("erase", rich_help_panel=PANEL)
+def erase_command(
+    store: Store,
+    user: User,
+    snapshots: Annotated[
+        str | None,
+        typer.Option(
+            "--snapshots",
+            metavar="FOLDER",
+            help="The maintenance flow's snapshot folder (default: the `snapshots` setting).",
+            show_default=False,
+        ),
+    ] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Erase a person: their memories, history and maintenance snapshots, for good.
+
+    What erasure cannot reach (Prefect's own result storage and server, exports,
+    backups) is listed in the README. Exits 1 if nothing of the user was stored.
+    """
+    # Imported here: the settings bring Prefect, which the other commands do without.
+    from autopersona_flows.flows.settings import load_settings  # noqa: PLC0415
+    from autopersona_flows.memory.erasure import erase_user  # noqa: PLC0415
+
+    target = existing_store(store)
+    folder = snapshots if snapshots is not None else load_settings().snapshots_path()
+    if not yes and not typer.confirm(
+        f"Erase everything stored of {user!r} in {store} and {folder}? This cannot be undone"
+    ):
+        raise typer.Exit(1)
+    report = erase_user(target, user, snapshots=folder)
+    if not report.found:
+        raise CorrectionError(f"nothing is stored of {user!r}: nothing was erased")
+    print(
+        f"erased {user!r}: {report.memories} memories, {report.changes} history entries, "
+        f"{len(report.snapshots)} snapshots"
+    )
