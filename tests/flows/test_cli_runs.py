@@ -1,4 +1,4 @@
-"""The run commands on a real Prefect server: pending, answer (one form, several questions), notify."""
+"""The run commands on a real Prefect server: pending, answer (several questions), notify."""
 
 from __future__ import annotations
 
@@ -49,7 +49,8 @@ def test_a_form_of_two_questions_is_listed_and_answered_from_the_command_line(ki
 
     assert seen == {"pending": 0, "plain": 1, "unknown": 1, "blank": 1, "answered": 0}
     assert "2 questions:" in out
-    assert "citation_style=" in out and "[APA | MLA]" in out
+    assert "citation_style=" in out
+    assert "[APA | MLA]" in out
     assert "sharing_channel=  Where should the paper be shared?" in out
     assert "asks no question 'colour'" in err
     assert "Where should the paper be shared?" in err  # the blank answer names its question
