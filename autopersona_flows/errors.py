@@ -28,6 +28,7 @@ each also inherits the builtin it refines, so ``except ValueError`` keeps workin
     │   ├── NodeOutputError (TypeError)
     │   └── NotificationError (ValueError)
     ├── ClarificationTimeoutError
+    ├── ClarificationBudgetError
     └── AnswerRejectedError (ValueError)
         └── BlankAnswerError
 
@@ -47,6 +48,7 @@ __all__ = [
     "AnswerRejectedError",
     "AutopersonaError",
     "BlankAnswerError",
+    "ClarificationBudgetError",
     "ClarificationTimeoutError",
     "ConfigurationError",
     "CorrectionError",
@@ -267,6 +269,14 @@ class ClarificationTimeoutError(AutopersonaError):
     Raised in the flow with the question in its message. The Prefect server records
     the run itself as ``Failed("The flow was failed and never resumed.")``; the
     question is in the run's logs and its clarification artifact.
+    """
+
+
+class ClarificationBudgetError(AutopersonaError):
+    """A run needs more answers than its ``question_budget`` lets it ask.
+
+    Raised before the question that would exceed it is asked, naming the
+    requirement; a requirement with a declared ``default`` runs with it instead.
     """
 
 

@@ -58,6 +58,9 @@ class Requirement(_Model):
             first tool runs, together with every other missing requirement; or
             ``"at_node"``, when its node is reached (for what depends on the work
             done before it).
+        default: The value to run with if nobody answers in time (or the run's
+            question budget is spent), when the run's ``on_timeout`` says so. Never
+            learned as the person's preference.
     """
 
     name: NonBlank
@@ -69,6 +72,7 @@ class Requirement(_Model):
     layers: Annotated[tuple[MemoryLayer, ...], Field(strict=False)] = LAYERS
     required: bool = True
     ask: Literal["early", "at_node"] = "early"
+    default: NonBlank | None = None
 
     def __init__(self, name: str | None = None, /, **data: Any) -> None:
         if name is not None:

@@ -48,6 +48,7 @@ __all__ = [
     "question_markdown",
     "question_of",
     "questions_form",
+    "record_defaults",
     "response_key",
     "step_words",
 ]
@@ -385,6 +386,31 @@ def ask_all(
     )
     emit_clarification_answered(asked, given, user_id)
     return given
+
+
+def record_defaults(
+    questions: Sequence[tuple[str, ClarifyDecision]], defaults: list[str], where: str = "start"
+) -> None:
+    """Say, in the log and the form's artifact, that nobody answered and defaults were used."""
+    context = FlowRunContext.get()
+    lines = ["### Nobody answered in time", ""]
+    for (node_id, decision), default in zip(questions, defaults, strict=True):
+        _logger(context).warning(
+            "Nobody answered %r in time: running with its declared default %r (not learned)",
+            decision.question,
+            default,
+        )
+        lines += [
+            f"**{decision.question}** ({step_words(node_id, decision)})",
+            "",
+            f"Ran with the declared default: **{default}** (not remembered as a preference)",
+            "",
+        ]
+    blocking(create_markdown_artifact)(
+        markdown="\n".join(lines),
+        key=form_key(questions, where),
+        description="Unanswered: ran with defaults " + " / ".join(defaults),
+    )
 
 
 def _listed(decisions: Sequence[ClarifyDecision]) -> str:

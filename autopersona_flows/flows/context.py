@@ -19,8 +19,11 @@ class AnsweredQuestion(BaseModel):
     Attributes:
         question: The question, as asked.
         requirement: The requirement it asked about, if any.
-        answer: The person's answer.
+        answer: The person's answer, or the requirement's default.
         memory_id: The persona memory the answer was learned as, if one was written.
+        source: ``"answered"`` by the person, or ``"default"``: nobody answered in
+            time (or the run's question budget was spent) and the requirement's
+            declared default was used; never learned.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -29,6 +32,7 @@ class AnsweredQuestion(BaseModel):
     requirement: str | None = None
     answer: str
     memory_id: str | None = None
+    source: Literal["answered", "default"] = "answered"
 
 
 class RequirementValue(BaseModel):
@@ -38,7 +42,8 @@ class RequirementValue(BaseModel):
         name: The requirement.
         value: The value: a declared option, or the words of the memory or answer.
         source: ``"answered"`` if the person answered it in this episode,
-            ``"memory"`` if memory held it already.
+            ``"memory"`` if memory held it already, ``"default"`` if nobody answered
+            and the requirement's declared default was used.
         memory_id: The memory it rests on (for an answer, the one it was learned as).
         text: The constraint as the agent put it (``"citation style: APA"``).
         evidence: Every memory it rests on, ``memory_id`` first.
@@ -48,7 +53,7 @@ class RequirementValue(BaseModel):
 
     name: str
     value: str | None
-    source: Literal["memory", "answered"]
+    source: Literal["memory", "answered", "default"]
     memory_id: str | None = None
     text: str = ""
     evidence: list[str] = Field(default_factory=list)
@@ -138,6 +143,8 @@ def _requirement_values(
     for c in constraints:
         if c.requirement is None or c.requirement in values:
             continue
+        if c.requirement in answered and answered[c.requirement].source == "default":
+            continue  # memory could not answer it: the default is what the node runs with
         fresh = c.memory_id in learned or c.requirement in answered
         values[c.requirement] = RequirementValue(
             name=c.requirement,
@@ -153,7 +160,7 @@ def _requirement_values(
             RequirementValue(
                 name=name,
                 value=a.answer,
-                source="answered",
+                source=a.source,
                 memory_id=a.memory_id,
                 text=f"{name}: {a.answer}",
                 evidence=[a.memory_id] if a.memory_id else [],

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 from prefect.filesystems import LocalFileSystem, WritableFileSystem
@@ -17,7 +17,7 @@ from autopersona_flows.flows.clarification import answer_given
 from autopersona_flows.flows.locks import step_locks
 from autopersona_flows.flows.serializers import OrjsonSerializer
 
-__all__ = ["Asking", "EpisodeAnswers"]
+__all__ = ["Asking", "EpisodeAnswers", "Given"]
 
 
 class Asking(BaseModel):
@@ -37,6 +37,18 @@ class Asking(BaseModel):
 
 
 _ASKINGS = TypeAdapter(list[Asking])
+
+
+class Given(NamedTuple):
+    """An answer a run has: the person's, or a requirement's default nobody answered.
+
+    Attributes:
+        answer: The answer.
+        default: Whether it is the requirement's declared default, not the person's.
+    """
+
+    answer: str
+    default: bool = False
 
 
 class EpisodeAnswers:
@@ -71,23 +83,25 @@ class EpisodeAnswers:
     def _read(self, key: str) -> Any:
         return self._store.read(key).result if self._store.exists(key) else None
 
-    def recall(self, node_id: str, user_id: str, decision: ClarifyDecision) -> str | None:
+    def recall(self, node_id: str, user_id: str, decision: ClarifyDecision) -> Given | None:
         """The answer already given to this question in this episode, if any.
 
         An answer found only in an asking run's input is kept on the way, so later
         replays need not ask the server.
         """
         kept = self._read(self._key("answer", node_id, user_id, decision))
+        if isinstance(kept, dict):
+            return Given(str(kept["default"]), default=True)
         if kept is not None:
-            return str(kept)
+            return Given(str(kept))
         askings = _ASKINGS.validate_python(
             self._read(self._key("asking", node_id, user_id, decision)) or []
         )
         for asking in reversed(askings):  # the latest run is the likeliest answered
             answer = answer_given(asking.flow_run_id, asking.response_key, decision, asking.field)
             if answer is not None:
-                self.keep(node_id, user_id, decision, answer)
-                return answer
+                self.keep(node_id, user_id, decision, Given(answer))
+                return Given(answer)
         return None
 
     def asking(self, node_id: str, user_id: str, decision: ClarifyDecision, asking: Asking) -> None:
@@ -104,6 +118,7 @@ class EpisodeAnswers:
         finally:
             self._locks.release_lock(key, holder)
 
-    def keep(self, node_id: str, user_id: str, decision: ClarifyDecision, answer: str) -> None:
-        """Keep the answer to this question for the episode's replays."""
-        self._store.write(answer, key=self._key("answer", node_id, user_id, decision))
+    def keep(self, node_id: str, user_id: str, decision: ClarifyDecision, given: Given) -> None:
+        """Keep the answer to this question (or the default run with) for the episode's replays."""
+        value: Any = {"default": given.answer} if given.default else given.answer
+        self._store.write(value, key=self._key("answer", node_id, user_id, decision))

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from uuid import UUID
 
 from prefect.context import FlowRunContext
@@ -52,6 +52,13 @@ class PersonaRuntime:
             file-system block); Prefect's default storage if ``None``. Every
             worker that may resume a run must see it.
         episode_id: Ties cache keys to one episode (default: the flow run's id).
+        on_timeout: What a run does when nobody answers within ``pause_timeout``:
+            ``"fail"`` (raise `ClarificationTimeoutError`), or ``"default"``: run with
+            each unanswered requirement's declared ``default``, recorded as such and
+            never learned (a requirement without one still fails the run).
+        question_budget: The most questions one run may ask (``None``: no limit).
+            Past it, a missing requirement with a ``default`` runs with it; one
+            without fails the run (`ClarificationBudgetError`).
     """
 
     agent: PersonaAgent
@@ -62,6 +69,8 @@ class PersonaRuntime:
     poll_interval: float = 1.0
     result_storage: Path | WritableFileSystem | None = None
     episode_id: str | None = None
+    on_timeout: Literal["fail", "default"] = "fail"
+    question_budget: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.agent, PersonaAgent):
@@ -69,6 +78,12 @@ class PersonaRuntime:
         if self.pause_mode not in ("auto", "pause", "suspend"):
             raise FlowConfigurationError(
                 f"pause_mode must be auto, pause or suspend: {self.pause_mode!r}"
+            )
+        if self.on_timeout not in ("fail", "default"):
+            raise FlowConfigurationError(f"on_timeout must be fail or default: {self.on_timeout!r}")
+        if self.question_budget is not None and self.question_budget < 0:
+            raise FlowConfigurationError(
+                f"question_budget must be a count of questions: {self.question_budget!r}"
             )
         if self.pause_timeout <= 0 or self.poll_interval <= 0:
             raise FlowConfigurationError("pause_timeout and poll_interval must be positive")
@@ -142,6 +157,8 @@ def runtime_from_settings(settings: AutopersonaSettings | None = None) -> Person
         pause_mode=settings.pause_mode,
         pause_timeout=settings.pause_timeout,
         poll_interval=settings.poll_interval,
+        on_timeout=settings.on_timeout,
+        question_budget=settings.question_budget,
         result_storage=settings.results.expanduser() if settings.results else None,
     )
 

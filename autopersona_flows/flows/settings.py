@@ -64,6 +64,9 @@ class AutopersonaSettings(PrefectBaseSettings):
             or ``suspend``.
         pause_timeout: Seconds to wait for an answer before the run fails.
         poll_interval: Seconds between checks while a run is paused in-process.
+        on_timeout: ``fail``, or ``default``: run with an unanswered requirement's
+            declared default (see `PersonaRuntime`).
+        question_budget: The most questions one run may ask; no limit if unset.
         results: Folder where node results are kept for replay; Prefect's default
             result storage if unset. A resumed run must see its first run's results.
         snapshots: Folder the maintenance flow exports snapshots to;
@@ -88,6 +91,8 @@ class AutopersonaSettings(PrefectBaseSettings):
     pause_mode: PauseMode = "auto"
     pause_timeout: int = Field(default=3600, gt=0)
     poll_interval: float = Field(default=1.0, gt=0)
+    on_timeout: Literal["fail", "default"] = "fail"
+    question_budget: int | None = Field(default=None, ge=0)
     results: Path | None = None
     snapshots: Path | None = None
     tool_modules: str | None = None

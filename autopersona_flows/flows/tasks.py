@@ -34,11 +34,23 @@ from autopersona_flows.agent.decisions import (
     Requirement,
     parse_decision,
 )
-from autopersona_flows.errors import FlowConfigurationError, NodeOutputError, PolicyError
+from autopersona_flows.errors import (
+    ClarificationBudgetError,
+    ClarificationTimeoutError,
+    FlowConfigurationError,
+    NodeOutputError,
+    PolicyError,
+)
 from autopersona_flows.flows.arguments import ToolArguments
-from autopersona_flows.flows.clarification import ask_all, field_names, form_key, response_key
+from autopersona_flows.flows.clarification import (
+    ask_all,
+    field_names,
+    form_key,
+    record_defaults,
+    response_key,
+)
 from autopersona_flows.flows.context import AnsweredQuestion, NodeContext
-from autopersona_flows.flows.episodes import Asking, EpisodeAnswers
+from autopersona_flows.flows.episodes import Asking, EpisodeAnswers, Given
 from autopersona_flows.flows.graph import resolve_tool
 from autopersona_flows.flows.options import (
     DEFAULT_TASK_OPTIONS,
@@ -338,28 +350,34 @@ class NodeSteps:
         raise AssertionError("unreachable: the rounds never end")
 
     def remember(
-        self, node_id: str, suffix: str, user_id: str, decision: ClarifyDecision, answer: str
+        self, node_id: str, suffix: str, user_id: str, decision: ClarifyDecision, given: Given
     ) -> AnsweredQuestion:
-        """Learn the ``answer`` to the question of ``decision`` in a learn step of the node."""
+        """Learn the answer to the question of ``decision`` in a learn step of the node.
+
+        A default nobody answered is not the person's preference: it is not learned.
+        """
+        answered = AnsweredQuestion(
+            question=decision.question,
+            requirement=decision.requirement,
+            answer=given.answer,
+            source="default" if given.default else "answered",
+        )
+        if given.default:
+            return answered
         self._learning[node_id] = decision
         learned: dict[str, Any] = cast(  # a sync task's result, not a coroutine
             dict[str, Any],
             self._task(_learn, "learn", f"learn-{node_id}{suffix}", PRE_HOOK_OPTIONS)(
                 episode_id=self.episode_id,
                 node_id=node_id,
-                inputs={"question": decision.question, "answer": answer, "user_id": user_id},
+                inputs={"question": decision.question, "answer": given.answer, "user_id": user_id},
             ),
         )
-        return AnsweredQuestion(
-            question=decision.question,
-            requirement=decision.requirement,
-            answer=answer,
-            memory_id=learned["memory_id"],
-        )
+        return answered.model_copy(update={"memory_id": learned["memory_id"]})
 
     def answer(
         self, node_id: str, user_id: str, decision: ClarifyDecision, in_flight: list[Any]
-    ) -> str:
+    ) -> Given:
         """The answer to ``decision``: kept from an earlier run of the episode, or asked."""
         return self.answers([(node_id, decision)], user_id, in_flight)[0]
 
@@ -370,33 +388,51 @@ class NodeSteps:
         in_flight: list[Any],
         *,
         where: str = "start",
-    ) -> list[str]:
+    ) -> list[Given]:
         """The answers to ``questions`` (each of a node): those kept, the others asked at once.
 
         The questions no earlier run of the episode got an answer to are asked in one
-        form (see `ask_all`; ``where`` names it).
+        form (see `ask_all`; ``where`` names it), as many as the run's question
+        budget leaves; past it, and when nobody answers in time under ``on_timeout=
+        "default"``, a requirement's declared default is used (and kept, so a replay
+        runs with it again).
+
+        Raises:
+            ClarificationBudgetError: If a question past the budget has no default.
+            ClarificationTimeoutError: If nobody answered in time, unless every
+                unanswered requirement has a default and ``on_timeout`` is ``"default"``.
         """
         # Kept per episode, node and question: a replay of the episode (a new run, a
         # retry) then rebuilds exactly the inputs the node ran with.
         answers = EpisodeAnswers(self.runtime.result_storage, self.episode_id)
         given = [answers.recall(node_id, user_id, decision) for node_id, decision in questions]
-        missing = [
-            question for question, answer in zip(questions, given, strict=True) if answer is None
-        ]
-        if missing:
-            self.counter.add("clarifications", len(missing))
+        missing = [n for n, answer in enumerate(given) if answer is None]
+        budget = self.runtime.question_budget
+        room = len(missing) if budget is None else max(0, budget - self.counter.clarifications)
+        for n in missing[room:]:
+            given[n] = Given(_default(questions[n][1], "the run's question budget is spent"), True)
+        asking = [questions[n] for n in missing[:room]]
+        if asking:
+            self.counter.add("clarifications", len(asking))
             wait(in_flight)  # nothing runs while we wait, so a suspend loses no work
-            key = response_key(form_key(missing, where), self.runtime)
+            key = response_key(form_key(asking, where), self.runtime)
             run_id = current_flow_run_id()
-            fields = field_names([decision for _, decision in missing])
-            for (node_id, decision), field in zip(missing, fields, strict=True):
-                asking = Asking(flow_run_id=run_id, response_key=key, field=field)
-                answers.asking(node_id, user_id, decision, asking)
-            asked = iter(ask_all(missing, self.runtime, where=where))
-            for n, (node_id, decision) in enumerate(questions):
-                if given[n] is None:
-                    answer = given[n] = next(asked)
-                    answers.keep(node_id, user_id, decision, answer)
+            fields = field_names([decision for _, decision in asking])
+            for (node_id, decision), field in zip(asking, fields, strict=True):
+                note = Asking(flow_run_id=run_id, response_key=key, field=field)
+                answers.asking(node_id, user_id, decision, note)
+            try:
+                asked = [Given(answer) for answer in ask_all(asking, self.runtime, where=where)]
+            except ClarificationTimeoutError:
+                if self.runtime.on_timeout != "default":
+                    raise
+                asked = [Given(_default(d, "nobody answered in time"), True) for _, d in asking]
+                record_defaults(asking, [g.answer for g in asked], where)
+            for n, answer in zip(missing[:room], asked, strict=True):
+                given[n] = answer
+        for n in missing:
+            node_id, decision = questions[n]
+            answers.keep(node_id, user_id, decision, cast(Given, given[n]))
         return [answer for answer in given if answer is not None]
 
     def may_ask(self, requirements: list[Requirement]) -> bool:
@@ -561,6 +597,24 @@ class NodeSteps:
         }
 
 
+def _default(decision: ClarifyDecision, why: str) -> str:
+    """The declared default of the requirement ``decision`` asks about.
+
+    Raises:
+        ClarificationBudgetError: If it has none (``why`` says why it was needed).
+    """
+    request = decision.request
+    wanted = (decision.requirement or "").casefold()
+    for requirement in request.requirements if request is not None else []:
+        if requirement.name.casefold() == wanted and requirement.default is not None:
+            return requirement.default
+    error = ClarificationBudgetError if "budget" in why else ClarificationTimeoutError
+    raise error(
+        f"{why} and {decision.question!r} has no default to run with: declare "
+        f"Requirement({decision.requirement or '...'!r}, default=...) or answer it"
+    )
+
+
 def run_request(inputs: dict[str, Any]) -> PersonaRequest:
     """The request a node is decided on, from its run task's ``inputs``."""
     return PersonaRequest(
@@ -624,6 +678,7 @@ def summarise(
     if answers:
         summary["answers"] = [
             {"question": a.question, "requirement": a.requirement, "answer": a.answer}
+            | ({"default": True} if a.source == "default" else {})
             for a in answers
         ]
     return summary
