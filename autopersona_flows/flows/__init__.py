@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from autopersona_flows.flows.maintenance import memory_maintenance
     from autopersona_flows.flows.notifications import create_clarification_automation
     from autopersona_flows.flows.options import DEFAULT_TASK_OPTIONS, PersonaTaskOptions
+    from autopersona_flows.flows.review import memory_review
     from autopersona_flows.flows.runtime import (
         PersonaRuntime,
         persona_runtime,
@@ -78,6 +79,7 @@ else:
             "autopersona_flows.flows.maintenance": ("memory_maintenance",),
             "autopersona_flows.flows.notifications": ("create_clarification_automation",),
             "autopersona_flows.flows.options": ("DEFAULT_TASK_OPTIONS", "PersonaTaskOptions"),
+            "autopersona_flows.flows.review": ("memory_review",),
             "autopersona_flows.flows.runtime": (
                 "PersonaRuntime",
                 "persona_runtime",
@@ -111,6 +113,7 @@ __all__ = [
     "graph_runner",
     "ingest_history",
     "memory_maintenance",
+    "memory_review",
     "node_cache_key",
     "pending_clarifications",
     "persona_graph",

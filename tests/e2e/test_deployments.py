@@ -119,3 +119,10 @@ def test_the_maintenance_deployment_reports_the_snapshot_fingerprint(stack) -> N
     assert snapshot.fingerprint == fingerprint
     assert snapshot.user_id == "ada"
     assert "plain and friendly" not in report.data  # counts and ids, never contents
+
+
+def test_the_review_deployment_is_paused_until_someone_turns_it_on(stack) -> None:
+    with get_client(sync_client=True) as client:
+        deployment = client.read_deployment_by_name("memory-review/review")
+    assert deployment.paused
+    assert deployment.parameters == {"user_id": "ada"}
