@@ -347,13 +347,12 @@ def ask_all(
         where_url = flow_run_url(context.flow_run.id) if context and context.flow_run else None
         for one, decision in zip(asked, decisions, strict=True):
             logger.info(
-                "Waiting for an answer before %s: %s%s",
+                "Waiting for an answer before %s: %s%s%s",
                 one.step,
                 decision.question,
                 f" Choices: {', '.join(decision.options)}." if decision.options else "",
+                f" Answer it in the Resume dialog: {where_url}" if where_url else "",
             )
-        if where_url:
-            logger.info("Answer in the Resume dialog: %s", where_url)
         emit_clarification_requested(asked, user_id)
     form = questions_form(decisions).with_initial_data(description=_dialog(questions))
     try:

@@ -147,15 +147,13 @@ class PersonaTask(Generic[P, R]):
         run = self._run_task(steps)
         if self.isasync:
             return cast(R, self._acall(steps, run, arguments))
-        with steps.active():
-            return cast(R, run(**self._prepare(steps, arguments)))
+        return cast(R, run(**self._prepare(steps, arguments)))
 
     async def _acall(self, steps: NodeSteps, run: Any, arguments: dict[str, Any]) -> Any:
-        with steps.active():
-            # The pre-hook is sync (Prefect tasks and a pause that polls): in a worker
-            # thread, so the flow's event loop goes on with other coroutines meanwhile.
-            parameters = await asyncio.to_thread(self._prepare, steps, arguments)
-            return await run(**parameters)
+        # The pre-hook is sync (Prefect tasks and a pause that polls): in a worker
+        # thread, so the flow's event loop goes on with other coroutines meanwhile.
+        parameters = await asyncio.to_thread(self._prepare, steps, arguments)
+        return await run(**parameters)
 
     @overload
     def submit(
@@ -175,8 +173,7 @@ class PersonaTask(Generic[P, R]):
         arguments = self.arguments.bind(args, kwargs)
         self.arguments.check(arguments, resolved=False)
         run = self._run_task(steps)
-        with steps.active():
-            future: PrefectFuture[Any] = run.submit(**self._prepare(steps, arguments))
+        future: PrefectFuture[Any] = run.submit(**self._prepare(steps, arguments))
         _SUBMITTED.add(current_flow_run_id(), [future])
         return future
 
@@ -203,9 +200,8 @@ class PersonaTask(Generic[P, R]):
         run = self._run_task(steps)
         futures: list[PrefectFuture[Any]] = []
         run_id = current_flow_run_id()
-        with steps.active():
-            for index, arguments in enumerate(elements):
-                futures.append(run.submit(**self._prepare(steps, arguments, index, futures)))
+        for index, arguments in enumerate(elements):
+            futures.append(run.submit(**self._prepare(steps, arguments, index, futures)))
         _SUBMITTED.add(run_id, futures)  # registered once: each add sweeps what finished
         # Built as Prefect builds it; its Iterator base declares a __next__ it never has.
         return PrefectFutureList(futures)  # type: ignore[abstract]  # see above
@@ -227,7 +223,7 @@ class PersonaTask(Generic[P, R]):
         return NodeSteps(runtime, episode_of(runtime, None), StepCounter())
 
     def _run_task(self, steps: NodeSteps) -> Any:
-        return steps.run_task(self.node.id, self.fn, self.options, self.arguments)
+        return steps.run_task(self.node.id, self.fn, self.options)
 
     def _prepare(
         self,
@@ -270,7 +266,12 @@ class PersonaTask(Generic[P, R]):
             tools=[],
             **extra,
         )
-        return {"episode_id": steps.episode_id, "node_id": self.node.id, "inputs": inputs}
+        return {
+            "episode_id": steps.episode_id,
+            "node_id": self.node.id,
+            "inputs": inputs,
+            **steps.bound(self.fn, self.arguments),
+        }
 
 
 @overload

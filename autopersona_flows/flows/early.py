@@ -10,7 +10,7 @@ answered in their inputs, so a replay rebuilds exactly the same steps.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, cast
+from typing import NamedTuple
 
 from autopersona_flows import _json
 from autopersona_flows.agent.decisions import (
@@ -82,14 +82,7 @@ def ask_early(
         )
         for node, requirement in checks
     ]
-    raw = cast(  # a sync task's result, not a coroutine
-        list[Any],
-        steps.check_task()(
-            episode_id=steps.episode_id,
-            node_id="check-requirements",
-            inputs={"requests": [_json.loads(r.model_dump_json()) for r in requests]},
-        ),
-    )
+    raw = steps.check_requirements(requests)
     decided: dict[str, FinalDecision] = {}
     questions: list[tuple[str, ClarifyDecision]] = []
     for (node, requirement), made in zip(checks, raw, strict=True):

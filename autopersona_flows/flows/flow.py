@@ -150,7 +150,7 @@ def _run_graph(
     steps = NodeSteps(runtime, episode_of(runtime, episode_id), counter)
     tools = list(graph.order)
     futures: dict[str, PrefectFuture[Any]] = {}
-    with steps.active():
+    with steps:
         early = ask_early(steps, graph, user_id=user_id, query=query, tools=tools)
         for node_id in graph.order:
             node = graph.nodes[node_id]
@@ -180,9 +180,9 @@ def _run_graph(
                 steps.decide_ahead(node_id, request, node.depends_on)
             tool, options = tools_by_node[node_id], node.task_options()
             if elsewhere:
-                run = steps.remote_task(node.id, tool, options)
+                run, bound = steps.remote_task(node.id, tool, options), {}
             else:
-                run = steps.run_task(node.id, tool, options)
+                run, bound = steps.run_task(node.id, tool, options), steps.bound(tool)
             inputs = {dependency: futures[dependency] for dependency in node.depends_on}
             futures[node_id] = run.submit(
                 episode_id=steps.episode_id,
@@ -198,6 +198,7 @@ def _run_graph(
                     tools=tools,
                     tool_path=paths.get(node_id),
                 ),
+                **bound,
             )
         wait(list(futures.values()))
     results = {node_id: future.result() for node_id, future in futures.items()}

@@ -11,13 +11,11 @@ task that awaits it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import itertools
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -37,7 +35,6 @@ from autopersona_flows.agent.decisions import (
 from autopersona_flows.errors import (
     ClarificationBudgetError,
     ClarificationTimeoutError,
-    FlowConfigurationError,
     NodeOutputError,
     PolicyError,
 )
@@ -101,40 +98,38 @@ def json_inputs(value: Any, what: str) -> JsonValue:
         raise NodeOutputError(f"{what} must be JSON values: {exc}") from None
 
 
-_ACTIVE: ContextVar[NodeSteps | None] = ContextVar("autopersona_node_steps", default=None)
+# The functions of the persona tasks: the steps they belong to (and the tool, the
+# question) are parameters outside the cache key (see `NodeCachePolicy`), quoted so
+# that Prefect passes them untouched. Short on purpose: Prefect reads and hashes a
+# task function's source whenever a task is built from it.
+def _decide(episode_id: str, node_id: str, inputs: dict[str, Any], steps: NodeSteps) -> Any:
+    return steps.decide(inputs)
 
 
-def _active() -> NodeSteps:
-    steps = _ACTIVE.get()
-    if steps is None:
-        raise FlowConfigurationError(
-            "a persona task ran outside the process of the flow run that called it: it "
-            "needs a thread-based task runner (the default ThreadPoolTaskRunner)"
-        )
-    return steps
+def _check(episode_id: str, node_id: str, inputs: dict[str, Any], steps: NodeSteps) -> Any:
+    return steps.check(inputs)
 
 
-# The functions of the persona tasks; the run they belong to is in the context (Prefect
-# copies it into task threads). Short on purpose: Prefect reads and hashes a task
-# function's source whenever a task is built from it.
-def _decide(episode_id: str, node_id: str, inputs: dict[str, Any]) -> Any:
-    return _active().decide(inputs)
+def _learn(
+    episode_id: str,
+    node_id: str,
+    inputs: dict[str, Any],
+    steps: NodeSteps,
+    decision: ClarifyDecision,
+) -> Any:
+    return steps.learn(decision, inputs)
 
 
-def _check(episode_id: str, node_id: str, inputs: dict[str, Any]) -> Any:
-    return _active().check(inputs)
+def _run(
+    episode_id: str, node_id: str, inputs: dict[str, Any], steps: NodeSteps, tool: _Tool
+) -> Any:
+    return steps.run(node_id, inputs, tool)
 
 
-def _learn(episode_id: str, node_id: str, inputs: dict[str, Any]) -> Any:
-    return _active().learn(node_id, inputs)
-
-
-def _run(episode_id: str, node_id: str, inputs: dict[str, Any]) -> Any:
-    return _active().run(node_id, inputs)
-
-
-async def _arun(episode_id: str, node_id: str, inputs: dict[str, Any]) -> Any:
-    return await _active().arun(node_id, inputs)
+async def _arun(
+    episode_id: str, node_id: str, inputs: dict[str, Any], steps: NodeSteps, tool: _Tool
+) -> Any:
+    return await steps.arun(node_id, inputs, tool)
 
 
 # A graph node's run task on a runner of other processes (Dask, a process pool): it
@@ -188,24 +183,19 @@ class NodeSteps:
         self.runtime = runtime
         self.episode_id = episode_id
         self.counter = counter
-        self._tools: dict[str, _Tool] = {}
-        self._learning: dict[str, ClarifyDecision] = {}
         # Decisions of nodes decided in their run task, started early (see `decide_ahead`).
         self._later: dict[str, tuple[PersonaRequest, list[str]]] = {}
         self._ahead: dict[str, Future[FinalDecision | ClarifyDecision]] = {}
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 
-    @contextlib.contextmanager
-    def active(self) -> Iterator[NodeSteps]:
-        """Make these the steps the persona tasks called in this block belong to."""
-        token = _ACTIVE.set(self)
-        try:
-            yield self
-        finally:
-            _ACTIVE.reset(token)
-            if self._pool is not None:
-                self._pool.shutdown(wait=False, cancel_futures=True)
+    def __enter__(self) -> NodeSteps:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Stop deciding ahead (see `decide_ahead`): what has not started never will."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
 
     def decide_ahead(self, node_id: str, request: PersonaRequest, upstream: list[str]) -> None:
         """Let the decision of a node decided in its run task start before that task does.
@@ -270,13 +260,21 @@ class NodeSteps:
             decisions.append(_json.loads(decision.model_dump_json(exclude=_EMBEDDINGS)))
         return decisions
 
-    def check_task(self) -> Task:
-        """The task that decides, before any work, which requirements memory lacks."""
-        return self._task(_check, "decide", "check-requirements", PRE_HOOK_OPTIONS)
+    def check_requirements(self, requests: list[PersonaRequest]) -> list[Any]:
+        """Decide each of ``requests`` in one cached step (see `early`); return the decisions."""
+        task = self._task(_check, "decide", "check-requirements", PRE_HOOK_OPTIONS)
+        return cast(  # a sync task's result, not a coroutine
+            list[Any],
+            task(
+                episode_id=self.episode_id,
+                node_id="check-requirements",
+                inputs={"requests": [_json.loads(r.model_dump_json()) for r in requests]},
+                steps=quote(self),
+            ),
+        )
 
-    def learn(self, node_id: str, inputs: dict[str, Any]) -> Any:
-        """The learn task's work: remember the answer to the node's question."""
-        decision = self._learning[node_id]
+    def learn(self, decision: ClarifyDecision, inputs: dict[str, Any]) -> Any:
+        """The learn task's work: remember the answer to the question of ``decision``."""
         result = self.runtime.agent.learn(inputs["user_id"], decision, inputs["answer"])
         return {
             "operation": result.operation,
@@ -333,6 +331,7 @@ class NodeSteps:
                 episode_id=self.episode_id,
                 node_id=node.id,
                 inputs={**request, "answered": given} if answered else request,
+                steps=quote(self),
             )
             decision = parse_decision(_json.dumps(raw))
             if isinstance(decision, FinalDecision) or any(
@@ -364,13 +363,14 @@ class NodeSteps:
         )
         if given.default:
             return answered
-        self._learning[node_id] = decision
         learned: dict[str, Any] = cast(  # a sync task's result, not a coroutine
             dict[str, Any],
             self._task(_learn, "learn", f"learn-{node_id}{suffix}", PRE_HOOK_OPTIONS)(
                 episode_id=self.episode_id,
                 node_id=node_id,
                 inputs={"question": decision.question, "answer": given.answer, "user_id": user_id},
+                steps=quote(self),
+                decision=quote(decision),
             ),
         )
         return answered.model_copy(update={"memory_id": learned["memory_id"]})
@@ -455,19 +455,29 @@ class NodeSteps:
         node_id: str,
         tool: Callable[..., Any],
         options: PersonaTaskOptions = DEFAULT_TASK_OPTIONS,
-        arguments: ToolArguments | None = None,
     ) -> Task:
         """The task that runs the node's tool with its `NodeContext` (see `run`).
+
+        Call it with `bound` among its parameters.
 
         Args:
             node_id: The node.
             tool: Its tool; an ``async def`` one gets an async task, which awaits it.
             options: The task's Prefect options.
-            arguments: A `persona_task`'s arguments (see `_Tool`); None for a graph node.
         """
-        self._tools[node_id] = _Tool(tool, arguments)
         run_name = RunName(node_id, options.get("task_run_name"))
         return self._task(_arun if is_async(tool) else _run, "run", node_id, options, run_name)
+
+    def bound(
+        self, tool: Callable[..., Any], arguments: ToolArguments | None = None
+    ) -> dict[str, Any]:
+        """The parameters of a `run_task` besides its key: these steps and the tool.
+
+        Args:
+            tool: The node's tool.
+            arguments: A `persona_task`'s arguments (see `_Tool`); None for a graph node.
+        """
+        return {"steps": quote(self), "tool": quote(_Tool(tool, arguments))}
 
     def remote_task(
         self, node_id: str, tool: Callable[..., Any], options: PersonaTaskOptions
@@ -481,7 +491,7 @@ class NodeSteps:
         fn = _arun_elsewhere if is_async(tool) else _run_elsewhere
         return self._task(fn, "run", node_id, options, run_name)
 
-    def run(self, node_id: str, inputs: dict[str, Any]) -> Any:
+    def run(self, node_id: str, inputs: dict[str, Any], tool: _Tool) -> Any:
         """The run task's work: decide if the body did not, then call the tool.
 
         Returns a graph node's ``{"decision": ..., "output": ...}``: a summary of the
@@ -489,32 +499,30 @@ class NodeSteps:
         `may_ask`) and the tool's output, both small on purpose (Prefect walks every
         result a dependent receives); a `persona_task`'s output alone.
         """
-        tool, (decision, context), (args, kwargs) = self._start(node_id, inputs)
+        (decision, context), (args, kwargs) = self._start(node_id, inputs, tool)
         output = _sync_output(node_id, tool.fn(context, *args, **kwargs))
         return self._finish(node_id, tool, decision, context, output)
 
-    async def arun(self, node_id: str, inputs: dict[str, Any]) -> Any:
+    async def arun(self, node_id: str, inputs: dict[str, Any], tool: _Tool) -> Any:
         """`run` for an ``async def`` tool: the same, awaiting it.
 
         A decision made here is made in a worker thread: the agent is sync.
         """
         if inputs["decision"] is None:
-            started = await asyncio.to_thread(self._start, node_id, inputs)
+            started = await asyncio.to_thread(self._start, node_id, inputs, tool)
         else:
-            started = self._start(node_id, inputs)
-        tool, (decision, context), (args, kwargs) = started
+            started = self._start(node_id, inputs, tool)
+        (decision, context), (args, kwargs) = started
         output = await tool.fn(context, *args, **kwargs)
         return self._finish(node_id, tool, decision, context, output)
 
     def _start(
-        self, node_id: str, inputs: dict[str, Any]
+        self, node_id: str, inputs: dict[str, Any], tool: _Tool
     ) -> tuple[
-        _Tool,
         tuple[FinalDecision | ClarifyDecision, NodeContext],
         tuple[tuple[Any, ...], dict[str, Any]],
     ]:
-        """The tool, its decision (made now if the body did not) and context, its arguments."""
-        tool = self._tools[node_id]
+        """The tool's decision (made now if the body did not) and context, its arguments."""
         call: tuple[tuple[Any, ...], dict[str, Any]] = ((), {})
         if tool.arguments is not None:
             # Resolved by Prefect by now, futures and all; checked before the tool runs.
@@ -532,7 +540,7 @@ class NodeSteps:
             decision = _json.loads(made.model_dump_json(exclude=_EMBEDDINGS))
         self.counter.add("tool_executions")
         self._start_dependents(node_id)
-        return tool, _node_context(inputs | {"decision": decision}), call
+        return _node_context(inputs | {"decision": decision}), call
 
     @staticmethod
     def _finish(

@@ -1,4 +1,4 @@
-"""A node with several missing requirements asks each, and its tool gets every value."""
+"""A node missing several requirements asks each (a graph in one form); its tool gets them all."""
 
 from __future__ import annotations
 
@@ -39,15 +39,22 @@ class Answerer(threading.Thread):
 
     def run(self) -> None:
         try:
+            answered: set[tuple[object, str]] = set()
             while not self.halt.is_set():
                 for waiting in pending_clarifications():
-                    (name,) = [
-                        n
-                        for n, r in (("citation style", STYLE), ("paper size", PAPER))
-                        if set(waiting.options) == set(r.options)
-                    ]
-                    self.asked.append(name)
-                    answer_clarification(waiting.flow_run_id, ANSWERS[name])
+                    if (waiting.flow_run_id, waiting.key) in answered:
+                        continue
+                    answered.add((waiting.flow_run_id, waiting.key))
+                    given = {}
+                    for question in waiting.questions:  # one form may ask several
+                        (name,) = [
+                            n
+                            for n, r in (("citation style", STYLE), ("paper size", PAPER))
+                            if set(question.options) == set(r.options)
+                        ]
+                        self.asked.append(name)
+                        given[question.field] = ANSWERS[name]
+                    answer_clarification(waiting.flow_run_id, given)
                 time.sleep(0.1)
         except BaseException as exc:  # re-raised by the test
             self.error = exc

@@ -71,6 +71,8 @@ def test_every_setting_is_read_from_its_environment_variable(
         pause_mode="suspend",
         pause_timeout=42,
         poll_interval=0.25,
+        on_timeout="default",
+        question_budget=3,
         results=tmp_path / "results",
         snapshots=tmp_path / "snapshots",
         tool_modules="examples,my_company.tools",
@@ -90,6 +92,8 @@ def test_every_setting_is_read_from_its_environment_variable(
         "pause_mode": "suspend",
         "pause_timeout": 42,
         "poll_interval": 0.25,
+        "on_timeout": "default",
+        "question_budget": 3,
         "results": tmp_path / "results",
         "snapshots": tmp_path / "snapshots",
         "tool_modules": "examples,my_company.tools",
@@ -131,6 +135,8 @@ def test_a_home_relative_store_is_expanded(monkeypatch: pytest.MonkeyPatch, tmp_
         ("pause_timeout", "soon"),
         ("poll_interval", "0"),
         ("llm_timeout", "-1"),
+        ("on_timeout", "guess"),
+        ("question_budget", "-1"),
     ],
 )
 def test_invalid_values_are_validation_errors(
@@ -154,10 +160,13 @@ def test_the_runtime_carries_the_settings_and_an_agent_over_the_store(
         pause_mode="pause",
         pause_timeout=42,
         poll_interval=0.25,
+        on_timeout="default",
+        question_budget=2,
         results=tmp_path / "results",
     )
 
     runtime = runtime_from_settings()
+    assert (runtime.on_timeout, runtime.question_budget) == ("default", 2)
 
     assert (runtime.pause_mode, runtime.pause_timeout, runtime.poll_interval) == ("pause", 42, 0.25)
     assert runtime.result_storage == tmp_path / "results"

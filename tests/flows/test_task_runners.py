@@ -124,9 +124,13 @@ class Answering(threading.Thread):
                 if (waiting.flow_run_id, waiting.key) in answered:
                     continue
                 answered.add((waiting.flow_run_id, waiting.key))
-                self.asked.append(waiting.question)
-                answer = next(a for q, a in self.answers.items() if q in waiting.question.lower())
-                resume_flow_run(waiting.flow_run_id, run_input={"answer": answer})
+                given = {}
+                for question in waiting.questions:  # one form asks what memory lacks
+                    self.asked.append(question.question)
+                    given[question.field] = next(
+                        a for q, a in self.answers.items() if q in question.question.lower()
+                    )
+                resume_flow_run(waiting.flow_run_id, run_input=given)
 
 
 def _run_with_answers(kit, runner: Any, episode: str) -> tuple[list[dict[str, Any]], list[str]]:
