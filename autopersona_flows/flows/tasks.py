@@ -265,7 +265,13 @@ class NodeSteps:
     def learn(self, node_id: str, inputs: dict[str, Any]) -> Any:
         """The learn task's work: remember the answer to the node's question."""
         decision = self._learning[node_id]
-        result = self.runtime.agent.learn(inputs["user_id"], decision, inputs["answer"])
+        result = self.runtime.agent.learn(
+            inputs["user_id"],
+            decision,
+            inputs["answer"],
+            flow_run_id=str(current_flow_run_id()),
+            node=node_id,
+        )
         return {
             "operation": result.operation,
             "memory_id": result.record.id if result.record else None,
