@@ -194,7 +194,7 @@ def _table(title: str, records: list[MemoryRecord], scores: dict[str, float]) ->
     table.add_column("topic / task")
     table.add_column("value")
     table.add_column("when (UTC)", no_wrap=True)
-    table.add_column("from")
+    table.add_column("from", overflow="fold")  # a run id is cut nowhere: it is looked up
     table.add_column("state", style="yellow")
     for record in records:
         subject, value = _subject_and_value(record.content)
@@ -217,7 +217,12 @@ def _history_table(title: str, changes: list[MemoryChange]) -> Table:
     table = Table(title=title, title_justify="left")
     columns = ("when (UTC)", "change", "id", "layer", "before", "from", "after", "by", "reason")
     for column in columns:
-        table.add_column(column, no_wrap=column in ("when (UTC)", "id"))
+        folded = column in ("from", "by")  # as in the memories table: ids are never cut
+        table.add_column(
+            column,
+            no_wrap=column in ("when (UTC)", "id"),
+            overflow="fold" if folded else "ellipsis",
+        )
     for change in changes:
         before = _subject_and_value(change.before.content)[1]
         after = "" if change.after is None else _subject_and_value(change.after.content)[1]
