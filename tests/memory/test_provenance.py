@@ -29,6 +29,7 @@ from autopersona_flows.memory import (
     open_store,
     promote_choices,
     read_task_records,
+    retire_expired,
 )
 
 USER = "ada"
@@ -235,3 +236,18 @@ def test_memories_history_shows_the_chain(address: str, capsys: pytest.CaptureFi
     table = capsys.readouterr().out
     assert "edit by `autopersona edit` (APA)" in " ".join(table.split())
     assert "run-1" in table
+
+
+def test_upkeep_says_so_in_the_history(address: str) -> None:
+    store = open_store(address)
+    record = store.add(
+        USER,
+        MemoryRecord.of(
+            PersonaMemory(topic="desk", preference="by the window"),
+            stated_at=T0,
+            valid_until=T0 + timedelta(days=1),
+        ),
+    )
+    assert retire_expired(store, USER, now=T0 + timedelta(days=2)) == [record.id]
+    (change,) = reopened(address).history(USER, "persona", record.id)
+    assert change.provenance == Provenance.maintenance("expired")
