@@ -18,6 +18,7 @@ from autopersona_flows.agent.policies import Policy
 from autopersona_flows.agent.standing import applies, stake_words
 from autopersona_flows.errors import BlankAnswerError, MemoryBankError, PolicyError
 from autopersona_flows.memory.bank import MemoryBank
+from autopersona_flows.memory.provenance import Provenance
 from autopersona_flows.memory.records import MemoryLayer, MemoryRecord, PersonaMemory
 from autopersona_flows.memory.retrieval import (
     MemoryBundle,
@@ -127,7 +128,15 @@ class PersonaAgent:
             self.metrics.count("finals" if decision.action == "final" else "clarifications")
         return decision
 
-    def learn(self, user_id: str, decision: ClarifyDecision, answer: str) -> UpdateDecision:
+    def learn(
+        self,
+        user_id: str,
+        decision: ClarifyDecision,
+        answer: str,
+        *,
+        flow_run_id: str | None = None,
+        node: str | None = None,
+    ) -> UpdateDecision:
         """Remember the person's answer to a clarification, so it is never asked again.
 
         The answer becomes a persona memory whose topic is the requirement asked
@@ -136,7 +145,16 @@ class PersonaAgent:
         was asked (node id, instruction, request): a later requirement naming the
         same need in other words, or offering the same choices, finds it. It goes
         through the updater, so a newer answer replaces an older one, keeping where
-        that one was learned.
+        that one was learned. The memory's provenance is the clarification: the
+        question, the node and the flow run (a flow passes its id in; the agent
+        knows nothing of Prefect).
+
+        Args:
+            user_id: Whose answer.
+            decision: The clarification answered.
+            answer: The person's answer.
+            flow_run_id: The flow run that asked, if one did.
+            node: The id of the node that asked; the request's node by default.
 
         Raises:
             PolicyError: If ``decision`` is not a clarification, or was made for
@@ -162,8 +180,8 @@ class PersonaAgent:
             None,
         )
         names = [asked.description, asked.question or ""] if asked else []
-        node = request.node if request else None
-        contexts = [node.id, node.instruction] if node else []
+        info = request.node if request else None
+        contexts = [info.id, info.instruction] if info else []
         memory = PersonaMemory(
             topic=decision.requirement or decision.question,
             preference=answer.strip(),
@@ -171,7 +189,12 @@ class PersonaAgent:
             options=list(asked.options) if asked else list(decision.options),
             contexts=_distinct([*contexts, request.query if request else ""]),
         )
-        result = self.updater.update(user_id, "persona", memory)
+        source = Provenance.clarification(
+            decision.question,
+            node=node if node is not None else (info.id if info else None),
+            flow_run_id=flow_run_id,
+        )
+        result = self.updater.update(user_id, "persona", memory, provenance=source)
         self._count("learned_answers")
         return result
 

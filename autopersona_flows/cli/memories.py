@@ -91,12 +91,17 @@ def memories_command(  # noqa: PLR0917 - a command's parameters are its command 
         ),
     ] = None,
     history: Annotated[
-        bool, typer.Option("--history", help="Also list superseded and deleted versions.")
+        bool,
+        typer.Option(
+            "--history",
+            help="Also list superseded and deleted versions, memory by memory: each "
+            "version's source and what changed it.",
+        ),
     ] = False,
     json: Annotated[bool, typer.Option("--json", help="Print JSON, for scripts.")] = False,
     embedder: Embedder = "hashing",
 ) -> None:
-    """Show a user's memories: id, layer, topic or task, value, when, where learned.
+    """Show a user's memories: id, layer, topic or task, value, when, where it came from.
 
     The one command that prints memory contents. Buried memories are listed (and
     marked) but never found by --search, as no decision finds them.
@@ -120,7 +125,8 @@ def memories_command(  # noqa: PLR0917 - a command's parameters are its command 
         scores = {scored.record.id: scored.score for scored in found}
         shown = [scored.record for scored in found]
     changes = [c for name in layers for c in bank.history(user, name)] if history else []
-    changes.sort(key=lambda change: change.at)
+    # Memory by memory, oldest first: each memory's chain of versions reads top down.
+    changes.sort(key=lambda change: (change.before.id, change.at))
     if json:
         print(_json.dumps(_as_json(user, shown, scores, changes if history else None)).decode())
         return
@@ -163,7 +169,10 @@ def _short(value: Any) -> str:
     return text if len(text) <= _WIDE else text[: _WIDE - 1] + "…"
 
 
-def _origin(content: LayerContent) -> str:
+def _origin(record: MemoryRecord) -> str:
+    if record.provenance is not None:
+        return record.provenance.describe()
+    content = record.content  # written before provenance: what the content itself tells
     if not isinstance(content, PersonaMemory):
         return ""
     learned = [f"at {context}" for context in content.contexts[:2]]
@@ -185,7 +194,7 @@ def _table(title: str, records: list[MemoryRecord], scores: dict[str, float]) ->
     table.add_column("topic / task")
     table.add_column("value")
     table.add_column("when (UTC)", no_wrap=True)
-    table.add_column("learned")
+    table.add_column("from", overflow="fold")  # a run id is cut nowhere: it is looked up
     table.add_column("state", style="yellow")
     for record in records:
         subject, value = _subject_and_value(record.content)
@@ -197,7 +206,7 @@ def _table(title: str, records: list[MemoryRecord], scores: dict[str, float]) ->
             Text(_short(subject)),
             Text(_short(value)),
             Text(_when(record.at)),
-            Text(_origin(record.content)),
+            Text(_origin(record)),
             Text(_state(record, now)),
         ]
         table.add_row(*cells)
@@ -206,8 +215,14 @@ def _table(title: str, records: list[MemoryRecord], scores: dict[str, float]) ->
 
 def _history_table(title: str, changes: list[MemoryChange]) -> Table:
     table = Table(title=title, title_justify="left")
-    for column in ("when (UTC)", "change", "id", "layer", "before", "after", "reason"):
-        table.add_column(column, no_wrap=column in ("when (UTC)", "id"))
+    columns = ("when (UTC)", "change", "id", "layer", "before", "from", "after", "by", "reason")
+    for column in columns:
+        folded = column in ("from", "by")  # as in the memories table: ids are never cut
+        table.add_column(
+            column,
+            no_wrap=column in ("when (UTC)", "id"),
+            overflow="fold" if folded else "ellipsis",
+        )
     for change in changes:
         before = _subject_and_value(change.before.content)[1]
         after = "" if change.after is None else _subject_and_value(change.after.content)[1]
@@ -220,7 +235,9 @@ def _history_table(title: str, changes: list[MemoryChange]) -> Table:
                     change.before.id,
                     change.before.layer,
                     _short(before),
+                    _origin(change.before),
                     _short(after),
+                    change.provenance.describe() if change.provenance else "",
                     change.reason,
                 )
             )
@@ -252,6 +269,9 @@ def _as_json(
                 "operation": change.operation,
                 "at": change.at.isoformat(),
                 "reason": change.reason,
+                "provenance": None
+                if change.provenance is None
+                else change.provenance.model_dump(mode="json"),
                 "before": _record_json(change.before),
                 "after": None if change.after is None else _record_json(change.after),
             }
@@ -309,7 +329,9 @@ def edit_command(  # noqa: PLR0917 - a command's parameters are its command line
     bank = _bank(store, embedder)
     record = bank.find(user, memory_id, _layer(layer))
     changes = _assignments(record, assignments)
-    edited = bank.edit(user, memory_id, changes, layer=record.layer, reason=reason)
+    edited = bank.edit(
+        user, memory_id, changes, layer=record.layer, reason=reason, command="autopersona edit"
+    )
     fields = ", ".join(changes)
     if edited == record:
         print(f"{record.layer} memory {memory_id} already says that: unchanged")
@@ -327,7 +349,9 @@ def forget_command(
 ) -> None:
     """Delete a memory: never retrieved again, kept only in the change history."""
     bank = MemoryBank(existing_store(store))
-    gone = bank.forget(user, memory_id, layer=_layer(layer), reason=reason)
+    gone = bank.forget(
+        user, memory_id, layer=_layer(layer), reason=reason, command="autopersona forget"
+    )
     print(f"forgot {gone.layer} memory {memory_id}; it is no longer retrieved")
 
 
@@ -342,7 +366,9 @@ def bury_command(
     """Keep a memory but leave it out of retrieval and decisions until unburied."""
     bank = MemoryBank(existing_store(store))
     before = bank.find(user, memory_id, _layer(layer))
-    after = bank.bury(user, memory_id, layer=before.layer, reason=reason)
+    after = bank.bury(
+        user, memory_id, layer=before.layer, reason=reason, command="autopersona bury"
+    )
     if before.buried_at is not None:
         print(f"{after.layer} memory {memory_id} was already buried")
     else:
@@ -360,7 +386,9 @@ def unbury_command(
     """Let a buried memory be retrieved and used again."""
     bank = MemoryBank(existing_store(store))
     before = bank.find(user, memory_id, _layer(layer))
-    after = bank.unbury(user, memory_id, layer=before.layer, reason=reason)
+    after = bank.unbury(
+        user, memory_id, layer=before.layer, reason=reason, command="autopersona unbury"
+    )
     if before.buried_at is None:
         print(f"{after.layer} memory {memory_id} was not buried")
     else:

@@ -117,7 +117,7 @@ def _learn(
     steps: NodeSteps,
     decision: ClarifyDecision,
 ) -> Any:
-    return steps.learn(decision, inputs)
+    return steps.learn(node_id, decision, inputs)
 
 
 def _run(
@@ -273,9 +273,15 @@ class NodeSteps:
             ),
         )
 
-    def learn(self, decision: ClarifyDecision, inputs: dict[str, Any]) -> Any:
+    def learn(self, node_id: str, decision: ClarifyDecision, inputs: dict[str, Any]) -> Any:
         """The learn task's work: remember the answer to the question of ``decision``."""
-        result = self.runtime.agent.learn(inputs["user_id"], decision, inputs["answer"])
+        result = self.runtime.agent.learn(
+            inputs["user_id"],
+            decision,
+            inputs["answer"],
+            flow_run_id=str(current_flow_run_id()),
+            node=node_id,
+        )
         return {
             "operation": result.operation,
             "memory_id": result.record.id if result.record else None,

@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     )
     from autopersona_flows.memory.postgres import PostgresMemoryStore
     from autopersona_flows.memory.protocol import ChangeSet, Erasure, MemoryStore
+    from autopersona_flows.memory.provenance import Provenance
     from autopersona_flows.memory.records import (
         LAYERS,
         Embedding,
@@ -151,6 +152,7 @@ else:
             ),
             "autopersona_flows.memory.postgres": ("PostgresMemoryStore",),
             "autopersona_flows.memory.protocol": ("ChangeSet", "Erasure", "MemoryStore"),
+            "autopersona_flows.memory.provenance": ("Provenance",),
             "autopersona_flows.memory.records": (
                 "LAYERS",
                 "Embedding",
@@ -228,6 +230,7 @@ __all__ = [
     "Persona2WebCase",
     "PersonaMemory",
     "PostgresMemoryStore",
+    "Provenance",
     "RawTaskRecord",
     "Resolver",
     "RuleExtractor",

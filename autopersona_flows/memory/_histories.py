@@ -43,7 +43,10 @@ def diagnose(raw: bytes, error: ValidationError) -> str:
 
 
 def same_change(a: MemoryChange, b: MemoryChange) -> bool:
-    """Whether two entries record the same change; the reason aside (a recovered one has none)."""
+    """Whether two entries record the same change; reason and provenance aside.
+
+    A change recovered from the bank's log has neither: they were never written there.
+    """
     return (a.operation, a.at, a.before, a.after) == (b.operation, b.at, b.before, b.after)
 
 

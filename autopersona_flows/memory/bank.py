@@ -26,6 +26,7 @@ from autopersona_flows.memory.embedders import Embedder, HashingEmbedder
 from autopersona_flows.memory.extraction import Extractor
 from autopersona_flows.memory.ingestion import IngestionResult, ingest_task_history
 from autopersona_flows.memory.protocol import MemoryStore
+from autopersona_flows.memory.provenance import Provenance
 from autopersona_flows.memory.records import (
     LayerContent,
     MemoryLayer,
@@ -170,9 +171,12 @@ class MemoryBank:
         *,
         at: datetime | None = None,
         valid_until: datetime | None = None,
+        provenance: Provenance | None = None,
     ) -> MemoryRecord:
         """Store ``content`` as a new memory, unresolved; see `MemoryUpdater.add`."""
-        return self.updater.add(user_id, content, at=at, valid_until=valid_until)
+        return self.updater.add(
+            user_id, content, at=at, valid_until=valid_until, provenance=provenance
+        )
 
     def update(
         self,
@@ -182,9 +186,12 @@ class MemoryBank:
         *,
         at: datetime | None = None,
         valid_until: datetime | None = None,
+        provenance: Provenance | None = None,
     ) -> UpdateDecision:
         """Resolve ``content`` against what is stored and apply it; see `MemoryUpdater.update`."""
-        return self.updater.update(user_id, layer, content, at=at, valid_until=valid_until)
+        return self.updater.update(
+            user_id, layer, content, at=at, valid_until=valid_until, provenance=provenance
+        )
 
     @overload
     def ingest(self, records: RawTaskRecord) -> IngestionResult: ...
@@ -239,32 +246,64 @@ class MemoryBank:
         *,
         layer: MemoryLayer | None = None,
         reason: str = "",
+        command: str | None = None,
     ) -> MemoryRecord:
         """Revise fields of a memory's content, the old version to history; see `edit_memory`.
 
         The next retrieval (and so the next decision) sees the new content.
         """
         return edit_memory(
-            self.store, self.embedder, user_id, memory_id, changes, layer=layer, reason=reason
+            self.store,
+            self.embedder,
+            user_id,
+            memory_id,
+            changes,
+            layer=layer,
+            reason=reason,
+            command=command,
         )
 
     def forget(
-        self, user_id: str, memory_id: str, *, layer: MemoryLayer | None = None, reason: str = ""
+        self,
+        user_id: str,
+        memory_id: str,
+        *,
+        layer: MemoryLayer | None = None,
+        reason: str = "",
+        command: str | None = None,
     ) -> MemoryRecord:
         """Delete a memory, kept in the history only; see `forget_memory`."""
-        return forget_memory(self.store, user_id, memory_id, layer=layer, reason=reason)
+        return forget_memory(
+            self.store, user_id, memory_id, layer=layer, reason=reason, command=command
+        )
 
     def bury(
-        self, user_id: str, memory_id: str, *, layer: MemoryLayer | None = None, reason: str = ""
+        self,
+        user_id: str,
+        memory_id: str,
+        *,
+        layer: MemoryLayer | None = None,
+        reason: str = "",
+        command: str | None = None,
     ) -> MemoryRecord:
         """Keep a memory but never retrieve it until unburied; see `bury_memory`."""
-        return bury_memory(self.store, user_id, memory_id, layer=layer, reason=reason)
+        return bury_memory(
+            self.store, user_id, memory_id, layer=layer, reason=reason, command=command
+        )
 
     def unbury(
-        self, user_id: str, memory_id: str, *, layer: MemoryLayer | None = None, reason: str = ""
+        self,
+        user_id: str,
+        memory_id: str,
+        *,
+        layer: MemoryLayer | None = None,
+        reason: str = "",
+        command: str | None = None,
     ) -> MemoryRecord:
         """Let a buried memory be retrieved again; see `unbury_memory`."""
-        return unbury_memory(self.store, user_id, memory_id, layer=layer, reason=reason)
+        return unbury_memory(
+            self.store, user_id, memory_id, layer=layer, reason=reason, command=command
+        )
 
 
 def _opened(store: object) -> MemoryStore:

@@ -4,7 +4,7 @@ Three bookings that each took an aisle seat say "aisle seat" as clearly as the
 person would: `promote_choices` finds such choices and writes them as persona
 memories, through the updater (so a repeated run changes nothing and a changed
 habit updates its slot), with the trajectories they came from as
-`PersonaMemory.sources`.
+`PersonaMemory.sources` and as a ``consolidation`` `Provenance`.
 
 A choice is what follows a choice verb ("chose", "picked", "booked", "went
 with", ...) in the text of a task's trace, outcome or insight (structured steps
@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from autopersona_flows.memory.phrases import content_roots, phrase, words
+from autopersona_flows.memory.provenance import Provenance
 from autopersona_flows.memory.records import MemoryRecord, PersonaMemory, TrajectoryMemory
 from autopersona_flows.memory.updates import MemoryUpdater, UpdateDecision, embed_records
 from autopersona_flows.memory.users import check_user_id
@@ -180,6 +181,7 @@ def _promote(updater: MemoryUpdater, user_id: str, group: _Group) -> UpdateDecis
         f"the latest: {_latest_choice(latest, group.values)}",
         sources=sorted(group.ids),
     )
+    source = Provenance.consolidation(group.ids)
     consolidated = [record for record in updater.store.list(user_id, "persona") if _sources(record)]
     drawn = [r for r in consolidated if group.ids & _sources(r)]
     if not drawn:
@@ -193,7 +195,7 @@ def _promote(updater: MemoryUpdater, user_id: str, group: _Group) -> UpdateDecis
                         reason="a later choice replaced it",
                         record=record,
                     )
-        return updater.update(user_id, "persona", memory, at=latest.record.at)
+        return updater.update(user_id, "persona", memory, at=latest.record.at, provenance=source)
     target = max(drawn, key=lambda record: len(group.ids & _sources(record)))
     if target.content == memory:
         return UpdateDecision(
@@ -210,6 +212,7 @@ def _promote(updater: MemoryUpdater, user_id: str, group: _Group) -> UpdateDecis
         at=latest.record.at,
         valid_until=target.valid_until,
         reason=reason,
+        provenance=source,
     )
     return UpdateDecision(
         operation="update", target_id=target.id, content=memory, reason=reason, record=record

@@ -12,7 +12,10 @@ lock, so a correction leaves the same trail as any other change:
 - `bury_memory` keeps the record but leaves it out of retrieval, and so out of
   every decision (`MemoryRecord.buried_at`), until `unbury_memory`.
 
-Every reason recorded in the history says a person made the change.
+Every reason recorded in the history says a person made the change, and every
+history entry carries an ``edit`` `Provenance` (with the CLI command, if one
+made it); an edited memory takes it as its own, since a person is now where its
+content came from, while a buried one keeps where it was learned.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from autopersona_flows.errors import CorrectionError, EmbeddingMismatchError, Me
 from autopersona_flows.memory.embedders import Embedder
 from autopersona_flows.memory.ids import MEMORY_ID_PATTERN
 from autopersona_flows.memory.protocol import MemoryStore
+from autopersona_flows.memory.provenance import Provenance
 from autopersona_flows.memory.records import LAYERS, MemoryLayer, MemoryRecord, content_type
 from autopersona_flows.memory.updates import embed_records
 from autopersona_flows.memory.users import check_user_id
@@ -68,6 +72,7 @@ def edit_memory(
     *,
     layer: MemoryLayer | None = None,
     reason: str = "",
+    command: str | None = None,
 ) -> MemoryRecord:
     """Revise fields of a memory's content; the old version goes to the history.
 
@@ -83,6 +88,8 @@ def edit_memory(
         changes: New values by field name (e.g. ``{"preference": "APA"}``).
         layer: Its layer, if known; every layer is looked in otherwise.
         reason: Why, for the history.
+        command: The CLI command making the edit, for its provenance; ``None``
+            from Python.
 
     Returns:
         The memory as it now is.
@@ -135,6 +142,7 @@ def edit_memory(
             embedding=embedded.embedding,
             valid_until=record.valid_until,
             reason=_by_a_person("edited", reason),
+            provenance=Provenance.edit(reason, command=command),
         )
 
 
@@ -145,6 +153,7 @@ def forget_memory(
     *,
     layer: MemoryLayer | None = None,
     reason: str = "",
+    command: str | None = None,
 ) -> MemoryRecord:
     """Delete a memory: kept in the change history only, never retrieved again.
 
@@ -156,7 +165,13 @@ def forget_memory(
         MemoryNotFoundError: If the user has no such memory (or it was forgotten).
     """
     record = find_memory(store, user_id, memory_id, layer)
-    return store.delete(user_id, record.layer, memory_id, reason=_by_a_person("forgotten", reason))
+    return store.delete(
+        user_id,
+        record.layer,
+        memory_id,
+        reason=_by_a_person("forgotten", reason),
+        provenance=Provenance.edit(reason, command=command),
+    )
 
 
 def bury_memory(
@@ -166,6 +181,7 @@ def bury_memory(
     *,
     layer: MemoryLayer | None = None,
     reason: str = "",
+    command: str | None = None,
 ) -> MemoryRecord:
     """Keep a memory but leave it out of retrieval and decisions until unburied.
 
@@ -178,7 +194,9 @@ def bury_memory(
         CorrectionError: If ``memory_id`` is not a memory id.
         MemoryNotFoundError: If the user has no such memory.
     """
-    return _set_buried(store, user_id, memory_id, layer, buried=True, reason=reason)
+    return _set_buried(
+        store, user_id, memory_id, layer, buried=True, reason=reason, command=command
+    )
 
 
 def unbury_memory(
@@ -188,6 +206,7 @@ def unbury_memory(
     *,
     layer: MemoryLayer | None = None,
     reason: str = "",
+    command: str | None = None,
 ) -> MemoryRecord:
     """Let a buried memory be retrieved again; one not buried is left as it is.
 
@@ -198,7 +217,9 @@ def unbury_memory(
         CorrectionError: If ``memory_id`` is not a memory id.
         MemoryNotFoundError: If the user has no such memory.
     """
-    return _set_buried(store, user_id, memory_id, layer, buried=False, reason=reason)
+    return _set_buried(
+        store, user_id, memory_id, layer, buried=False, reason=reason, command=command
+    )
 
 
 def _set_buried(
@@ -209,6 +230,7 @@ def _set_buried(
     *,
     buried: bool,
     reason: str,
+    command: str | None,
 ) -> MemoryRecord:
     record = find_memory(store, user_id, memory_id, layer)
     with store.locked(user_id, record.layer):
@@ -227,6 +249,7 @@ def _set_buried(
             valid_until=record.valid_until,
             reason=_by_a_person("buried" if buried else "unburied", reason),
             buried=buried,
+            provenance=Provenance.edit(reason, command=command),
         )
 
 

@@ -13,6 +13,7 @@ from autopersona_flows._validation import describe
 from autopersona_flows.errors import IngestionError
 from autopersona_flows.memory.extraction import ExtractedMemory, Extractor, RuleExtractor
 from autopersona_flows.memory.protocol import MemoryStore
+from autopersona_flows.memory.provenance import Provenance
 from autopersona_flows.memory.records import (
     PersonaMemory,
     RawTaskRecord,
@@ -87,7 +88,8 @@ def ingest_task_history(
     Every memory is stated at the task's time (`RawTaskRecord.at`), so tasks may
     be ingested in any order: a later one still wins over an earlier one; and a
     task with a time that is already stored (a history ingested again) adds no
-    second trajectory.
+    second trajectory. Every memory written records the task's provenance (its
+    file and line, `RawTaskRecord.provenance`), or a bare ``ingestion``.
 
     Args:
         store: The store to write to; must be the updater's store.
@@ -106,18 +108,23 @@ def ingest_task_history(
         raise ValueError("the updater writes to another store than the one given")
     persona = _extracted(extractor or RuleExtractor(), record)
     user, at = record.user_id, record.at
-    operations = [_trajectory(updater, record)]
+    source = record.provenance or Provenance.ingestion()
+    operations = [_trajectory(updater, record, source)]
     workspace = refine_workspace(record)
     if workspace is not None:
-        operations.append(updater.update(user, "workspace", workspace, at=at))
+        operations.append(updater.update(user, "workspace", workspace, at=at, provenance=source))
     operations += [
-        updater.update(user, "persona", item.content, at=at, valid_until=item.valid_until)
+        updater.update(
+            user, "persona", item.content, at=at, valid_until=item.valid_until, provenance=source
+        )
         for item in persona
     ]
     return IngestionResult(user_id=record.user_id, operations=operations)
 
 
-def _trajectory(updater: MemoryUpdater, record: RawTaskRecord) -> UpdateDecision:
+def _trajectory(
+    updater: MemoryUpdater, record: RawTaskRecord, source: Provenance
+) -> UpdateDecision:
     """Add the task's trajectory, unless this very task (same content, same time) is stored.
 
     Ingesting a history twice then adds nothing the second time, while the same
@@ -134,9 +141,9 @@ def _trajectory(updater: MemoryUpdater, record: RawTaskRecord) -> UpdateDecision
                         reason="task already stored",
                         record=same,
                     )
-            stored = updater.add(record.user_id, content, at=record.at)
+            stored = updater.add(record.user_id, content, at=record.at, provenance=source)
     else:
-        stored = updater.add(record.user_id, content)
+        stored = updater.add(record.user_id, content, provenance=source)
     return UpdateDecision(operation="add", reason="task trajectory", record=stored)
 
 
@@ -161,6 +168,8 @@ def _extracted(extractor: Extractor, record: RawTaskRecord) -> list[ExtractedMem
 def read_task_records(lines: Iterable[bytes], source: str | Path) -> Iterator[RawTaskRecord]:
     """Parse JSONL lines into task records, validating each.
 
+    Each record's `RawTaskRecord.provenance` is ``source`` and its line.
+
     Raises:
         IngestionError: At the first line that is not valid JSON or not a valid
             `RawTaskRecord`, naming ``source``, the line and the field.
@@ -169,6 +178,7 @@ def read_task_records(lines: Iterable[bytes], source: str | Path) -> Iterator[Ra
         if not line.strip():
             continue
         try:
-            yield RawTaskRecord.model_validate_json(line)
+            record = RawTaskRecord.model_validate_json(line)
         except ValidationError as exc:
             raise IngestionError(f"{source}:{line_no}: {describe(exc, 'line')}") from None
+        yield record.model_copy(update={"provenance": Provenance.ingestion(str(source), line_no)})

@@ -72,6 +72,7 @@ from autopersona_flows.memory._banks import (
 from autopersona_flows.memory._files import StoreRoot, erase_entry
 from autopersona_flows.memory._histories import diagnose
 from autopersona_flows.memory.protocol import ChangeSet, Erasure
+from autopersona_flows.memory.provenance import Provenance
 from autopersona_flows.memory.records import (
     LAYERS,
     Embedding,
@@ -246,13 +247,19 @@ class JsonlMemoryStore:
         valid_until: datetime | None = None,
         reason: str = "",
         buried: bool | None = None,
+        provenance: Provenance | None = None,
     ) -> MemoryRecord:
         """Replace a record's content; see `MemoryStore.update`."""
         content = as_content(content, layer)
         with self._write(user_id, layer) as bank:
             before = bank.require(memory_id)
             after = before.revised(
-                content, embedding=embedding, at=at, valid_until=valid_until, buried=buried
+                content,
+                embedding=embedding,
+                at=at,
+                valid_until=valid_until,
+                buried=buried,
+                provenance=provenance,
             )
             # The bank first: the history never holds a change the bank does not have. A
             # crash between the two writes leaves this one out of the history file, not
@@ -267,12 +274,19 @@ class JsonlMemoryStore:
                     before=before,
                     after=after,
                     reason=reason,
+                    provenance=provenance,
                 )
             )
         return after
 
     def delete(
-        self, user_id: str, layer: MemoryLayer, memory_id: str, *, reason: str = ""
+        self,
+        user_id: str,
+        layer: MemoryLayer,
+        memory_id: str,
+        *,
+        reason: str = "",
+        provenance: Provenance | None = None,
     ) -> MemoryRecord:
         """Remove a record, keeping it in the history; see `MemoryStore.delete`."""
         with self._write(user_id, layer) as bank:
@@ -281,7 +295,11 @@ class JsonlMemoryStore:
             tombstone = Delete(op="delete", id=memory_id, at=at)
             bank.append(tombstone.model_dump_json().encode() + b"\n", 1, create_store=self.root)
             bank.remove(memory_id)
-            bank.record(MemoryChange(operation="delete", at=at, before=before, reason=reason))
+            bank.record(
+                MemoryChange(
+                    operation="delete", at=at, before=before, reason=reason, provenance=provenance
+                )
+            )
         return before
 
     def changes(self, user_id: str, layer: MemoryLayer, since: str | None = None) -> ChangeSet:

@@ -18,6 +18,7 @@ from autopersona_flows.memory.consolidation import check_min_repeats, promote_ch
 from autopersona_flows.memory.embedders import Embedder
 from autopersona_flows.memory.index import content_digest
 from autopersona_flows.memory.protocol import MemoryStore
+from autopersona_flows.memory.provenance import Provenance
 from autopersona_flows.memory.records import LAYERS, MemoryLayer, MemoryRecord, content_type
 from autopersona_flows.memory.retrieval import MemoryRetriever, SearchRequest
 from autopersona_flows.memory.text import memory_text
@@ -160,7 +161,7 @@ def expire_workspace(
     with store.locked(user_id, "workspace"):
         expired = stale()
         for memory_id in expired:
-            store.delete(user_id, "workspace", memory_id, reason="expired")
+            store.delete(user_id, "workspace", memory_id, **_upkeep("expired"))
     return expired
 
 
@@ -197,7 +198,7 @@ def retire_expired(store: MemoryStore, user_id: str, *, now: datetime | None = N
             continue
         with store.locked(user_id, layer):
             for memory_id in ended(layer):
-                store.delete(user_id, layer, memory_id, reason="expired")
+                store.delete(user_id, layer, memory_id, **_upkeep("expired"))
                 retired.append(memory_id)
     return retired
 
@@ -251,6 +252,11 @@ def consolidate_duplicates(
     return merges
 
 
+def _upkeep(reason: str) -> dict[str, Any]:
+    """The history entry's reason and provenance for a change the upkeep makes."""
+    return {"reason": reason, "provenance": Provenance.maintenance(reason)}
+
+
 def _age(record: MemoryRecord) -> tuple[datetime, str]:
     return record.at, record.id
 
@@ -285,7 +291,7 @@ def _merge_pass(
         newer = [twin for twin in twins.values() if _age(twin) > _age(record)]
         pairs = [(newer[0], record)] if newer else [(record, twin) for twin in twins.values()]
         for kept, old in pairs:
-            store.delete(user_id, layer, old.id, reason=f"near duplicate of {kept.id}")
+            store.delete(user_id, layer, old.id, **_upkeep(f"near duplicate of {kept.id}"))
             removed.add(old.id)
             merges.append(MemoryMerge(layer=layer, kept=kept.id, removed=old.id))
     return merges

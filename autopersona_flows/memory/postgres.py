@@ -45,6 +45,7 @@ from autopersona_flows.errors import (
     StoreUnavailableError,
 )
 from autopersona_flows.memory.protocol import ChangeSet, Erasure
+from autopersona_flows.memory.provenance import Provenance
 from autopersona_flows.memory.records import (
     LAYERS,
     Embedding,
@@ -393,6 +394,7 @@ class PostgresMemoryStore:
         valid_until: datetime | None = None,
         reason: str = "",
         buried: bool | None = None,
+        provenance: Provenance | None = None,
     ) -> MemoryRecord:
         """Replace a record's content; see `MemoryStore.update`."""
         user, layer = self._key(user_id, layer)
@@ -400,11 +402,21 @@ class PostgresMemoryStore:
         with self._write(user, layer) as conn:
             before = self._require(conn, user, layer, memory_id)
             after = before.revised(
-                content, embedding=embedding, at=at, valid_until=valid_until, buried=buried
+                content,
+                embedding=embedding,
+                at=at,
+                valid_until=valid_until,
+                buried=buried,
+                provenance=provenance,
             )
             seq = self._next_seq(conn, user, layer)
             change = MemoryChange(
-                operation="update", at=after.updated_at, before=before, after=after, reason=reason
+                operation="update",
+                at=after.updated_at,
+                before=before,
+                after=after,
+                reason=reason,
+                provenance=provenance,
             )
             self._remember(conn, user, layer, seq, change)
             conn.execute(
@@ -416,7 +428,13 @@ class PostgresMemoryStore:
 
     @_reachable
     def delete(
-        self, user_id: str, layer: MemoryLayer, memory_id: str, *, reason: str = ""
+        self,
+        user_id: str,
+        layer: MemoryLayer,
+        memory_id: str,
+        *,
+        reason: str = "",
+        provenance: Provenance | None = None,
     ) -> MemoryRecord:
         """Remove a record, keeping it in the history; see `MemoryStore.delete`."""
         user, layer = self._key(user_id, layer)
@@ -424,7 +442,11 @@ class PostgresMemoryStore:
             before = self._require(conn, user, layer, memory_id)
             seq = self._next_seq(conn, user, layer)
             change = MemoryChange(
-                operation="delete", at=datetime.now(UTC), before=before, reason=reason
+                operation="delete",
+                at=datetime.now(UTC),
+                before=before,
+                reason=reason,
+                provenance=provenance,
             )
             self._remember(conn, user, layer, seq, change)
             conn.execute(

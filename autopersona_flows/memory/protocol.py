@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
+from autopersona_flows.memory.provenance import Provenance
 from autopersona_flows.memory.records import Embedding, LayerContent, MemoryLayer, MemoryRecord
 from autopersona_flows.memory.snapshots import MemoryChange, MemorySnapshot
 
@@ -114,6 +115,7 @@ class MemoryStore(Protocol):
         valid_until: datetime | None = None,
         reason: str = "",
         buried: bool | None = None,
+        provenance: Provenance | None = None,
     ) -> MemoryRecord:
         """Replace a record's content, keeping its id and creation time.
 
@@ -122,7 +124,9 @@ class MemoryStore(Protocol):
         ``embedding`` (or dropped). ``at`` and ``valid_until`` are the new
         content's `MemoryRecord.stated_at` and ``valid_until``. ``buried`` buries
         (``True``) or unburies (``False``) the record (`MemoryRecord.buried_at`);
-        ``None``, the default, keeps it as it was.
+        ``None``, the default, keeps it as it was. ``provenance`` is what made the
+        change: the history entry records it, and the record takes it as its own
+        if the content changed (see `MemoryRecord.revised`).
 
         Returns:
             The updated record.
@@ -133,9 +137,15 @@ class MemoryStore(Protocol):
         ...
 
     def delete(
-        self, user_id: str, layer: MemoryLayer, memory_id: str, *, reason: str = ""
+        self,
+        user_id: str,
+        layer: MemoryLayer,
+        memory_id: str,
+        *,
+        reason: str = "",
+        provenance: Provenance | None = None,
     ) -> MemoryRecord:
-        """Remove a record; it is kept in the change history, with ``reason``.
+        """Remove a record; it is kept in the change history, with ``reason`` and ``provenance``.
 
         Returns:
             The removed record.

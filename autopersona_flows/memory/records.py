@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from autopersona_flows.memory.ids import MEMORY_ID_PATTERN, new_memory_id
+from autopersona_flows.memory.provenance import Provenance
 from autopersona_flows.memory.users import check_user_id
 
 __all__ = [
@@ -314,6 +315,7 @@ def _none(value: Any) -> bool:
 
 # Left out of the stored form while unset, like the persona fields above.
 _OptionalTime = Annotated[UtcDatetime | None, Field(exclude_if=_none)]
+_OptionalProvenance = Annotated[Provenance | None, Field(exclude_if=_none)]
 
 
 class MemoryRecord(_Strict):
@@ -340,6 +342,9 @@ class MemoryRecord(_Strict):
         buried_at: When a person buried it, if they did: a buried record is kept
             (and shown) but never retrieved, so no decision uses it, until it is
             unburied. Revisions keep it buried.
+        provenance: Where its current content came from (a clarification, an
+            ingested file's line, a consolidation, a person's edit), if the writer
+            said; see `Provenance`. What changed it is in its history entries.
     """
 
     id: MemoryId = Field(default_factory=new_memory_id)
@@ -351,6 +356,7 @@ class MemoryRecord(_Strict):
     stated_at: _OptionalTime = None
     valid_until: _OptionalTime = None
     buried_at: _OptionalTime = None
+    provenance: _OptionalProvenance = None
 
     @classmethod
     def of(cls, content: LayerContent, **fields: Any) -> Self:
@@ -374,6 +380,7 @@ class MemoryRecord(_Strict):
         at: datetime | None = None,
         valid_until: datetime | None = None,
         buried: bool | None = None,
+        provenance: Provenance | None = None,
     ) -> Self:
         """This record with new content: same id and creation time, updated now.
 
@@ -385,7 +392,12 @@ class MemoryRecord(_Strict):
             valid_until: When the new content stops holding, if it does.
             buried: Bury it (``True``, keeping an earlier burial's time) or unbury it
                 (``False``); ``None`` keeps it as it is.
+            provenance: Where the new content came from. Content that changed takes
+                it (``None``: unknown), since the old source no longer says where it
+                came from; content that did not (a burial, a restatement) keeps its own.
         """
+        if content == self.content:
+            provenance = self.provenance
         buried_at = self.buried_at
         if buried is not None and buried != (buried_at is not None):
             buried_at = _now() if buried else None
@@ -399,6 +411,7 @@ class MemoryRecord(_Strict):
             stated_at=at,
             valid_until=valid_until,
             buried_at=buried_at,
+            provenance=provenance,
         )
 
     @field_validator("content", mode="before")
@@ -442,6 +455,9 @@ class RawTaskRecord(_Strict):
         at: When the task happened, if not now: every memory ingested from it is
             stated at that time. Its zone is kept, so that "today only" ends at the
             person's midnight.
+        provenance: Where the task was read from: `read_task_records` sets the
+            file and line, replacing any a line gives. Every memory ingested from
+            it records it (a bare ``ingestion`` if unset).
     """
 
     user_id: Annotated[Text, AfterValidator(non_blank), AfterValidator(check_user_id)]
@@ -454,6 +470,7 @@ class RawTaskRecord(_Strict):
     state: JsonValue = None
     persona: list[PersonaMemory] = Field(default_factory=list)
     at: AwareDatetime | None = None
+    provenance: _OptionalProvenance = None
 
 
 def as_record(

@@ -11,12 +11,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from autopersona_flows import _json
 from autopersona_flows.errors import SnapshotError
 from autopersona_flows.memory._files import atomic_write
+from autopersona_flows.memory.provenance import Provenance
 from autopersona_flows.memory.records import LAYERS, MemoryLayer, MemoryRecord, UtcDatetime
 
 __all__ = ["MemoryChange", "MemorySnapshot", "read_snapshot", "write_snapshot"]
 
 
-def _blank(value: str) -> bool:
+def _blank(value: object) -> bool:
     return not value
 
 
@@ -29,6 +30,10 @@ class MemoryChange(BaseModel):
         before: The record as it was.
         after: The record that replaced it, for an update.
         reason: Why, if the writer said (e.g. "no longer holds").
+        provenance: What made the change: the clarification, ingestion,
+            consolidation or person's command, with the flow run if one did.
+            ``None`` if the writer did not say (and for a change recovered after an
+            interrupted write, like ``reason``).
     """
 
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
@@ -38,6 +43,7 @@ class MemoryChange(BaseModel):
     before: MemoryRecord
     after: MemoryRecord | None = None
     reason: Annotated[str, Field(exclude_if=_blank)] = ""  # left out while empty: old bytes stay
+    provenance: Annotated[Provenance | None, Field(exclude_if=_blank)] = None  # so is this
 
 
 class MemorySnapshot(BaseModel):

@@ -19,7 +19,10 @@ seen in the wild:
   (``at=``) before the memory it would update or delete is stored as a past
   memory instead, valid until the later one was said, so a history loaded out of
   order ends as one loaded in order;
-- a learned answer replacing one on its slot keeps where that one was learned.
+- a learned answer replacing one on its slot keeps where that one was learned;
+- every write carries the ``provenance`` it was given: a new or revised memory
+  as its own, a history entry as what made the change (content left as it was,
+  a restatement or an ended span, keeps the memory's own).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from autopersona_flows.errors import EmbedderError, ResolverError
 from autopersona_flows.memory.embedders import Embedder, HashingEmbedder, check_vectors
 from autopersona_flows.memory.protocol import MemoryStore
+from autopersona_flows.memory.provenance import Provenance
 from autopersona_flows.memory.records import (
     Embedding,
     LayerContent,
@@ -287,6 +291,7 @@ class MemoryUpdater:
         *,
         at: datetime | None = None,
         valid_until: datetime | None = None,
+        provenance: Provenance | None = None,
     ) -> MemoryRecord:
         """Store content as a new memory with its embedding, without resolving it.
 
@@ -295,10 +300,15 @@ class MemoryUpdater:
             content: What to store.
             at: When it was stated or observed, if not now (`MemoryRecord.stated_at`).
             valid_until: When it stops holding, if it does.
+            provenance: Where it came from (`MemoryRecord.provenance`).
         """
-        when = _When.of(at, valid_until)
+        when = _When.of(at, valid_until, provenance)
         (record,) = embed_records(
-            self.embedder, [content], stated_at=when.at, valid_until=when.until
+            self.embedder,
+            [content],
+            stated_at=when.at,
+            valid_until=when.until,
+            provenance=provenance,
         )
         return self.store.add(user_id, record)
 
@@ -310,6 +320,7 @@ class MemoryUpdater:
         *,
         at: datetime | None = None,
         valid_until: datetime | None = None,
+        provenance: Provenance | None = None,
     ) -> UpdateDecision:
         """Resolve ``content`` against the user's ``layer`` and apply the decision.
 
@@ -323,6 +334,8 @@ class MemoryUpdater:
             at: When it was stated or observed, if not now: recency and supersession
                 go by it, so a history may be loaded in any order.
             valid_until: When it stops holding, if it does ("until March").
+            provenance: Where it came from: a memory it adds or revises records it
+                as its own, and every history entry the update makes as its cause.
 
         Returns:
             The decision as applied, with ``record`` set to the memory that now
@@ -333,7 +346,7 @@ class MemoryUpdater:
         """
         check_user_id(user_id)
         content = as_content(content, layer)
-        when = _When.of(at, valid_until)
+        when = _When.of(at, valid_until, provenance)
         with self.store.locked(user_id, layer):
             existing = self.retriever.find_exact(user_id, layer, content)
             if existing is not None:
@@ -433,7 +446,11 @@ class MemoryUpdater:
                 result = _carried(result, target.content)
         # Embed first: if the embedder fails, nothing has been changed yet.
         (embedded,) = embed_records(
-            self.embedder, [result], stated_at=when.at, valid_until=when.until
+            self.embedder,
+            [result],
+            stated_at=when.at,
+            valid_until=when.until,
+            provenance=when.source,
         )
         match decision.operation:
             case "update":
@@ -446,19 +463,27 @@ class MemoryUpdater:
                     **when.keywords(decision.reason),
                 )
             case "delete":
-                reason = {"reason": decision.reason} if decision.reason else {}
-                self.store.delete(user_id, layer, str(decision.target_id), **reason)
+                self.store.delete(
+                    user_id,
+                    layer,
+                    str(decision.target_id),
+                    **when.keywords(decision.reason, at=False),
+                )
                 record = self.store.add(user_id, embedded)
             case "add":
                 record = self.store.add(user_id, embedded)
             case other:  # unreachable after validation; never write on an unknown operation
                 raise ResolverError(f"unknown operation {other!r}")
         if when.until is None:
-            self._end_bounded(user_id, record, candidates)
+            self._end_bounded(user_id, record, candidates, when.source)
         return decision.model_copy(update={"content": result, "record": record})
 
     def _end_bounded(
-        self, user_id: str, record: MemoryRecord, candidates: list[ScoredMemory]
+        self,
+        user_id: str,
+        record: MemoryRecord,
+        candidates: list[ScoredMemory],
+        source: Provenance | None,
     ) -> None:
         """A standing statement ends the bounded ones it follows on its slot.
 
@@ -483,7 +508,7 @@ class MemoryUpdater:
                     old.id,
                     old.content,
                     embedding=old.embedding,
-                    **_When(old.at, record.at).keywords(f"ended by memory {record.id}"),
+                    **_When(old.at, record.at, source).keywords(f"ended by memory {record.id}"),
                 )
 
     def _restated(self, user_id: str, existing: MemoryRecord, when: _When) -> UpdateDecision:
@@ -507,7 +532,7 @@ class MemoryUpdater:
             existing.id,
             existing.content,
             embedding=existing.embedding,
-            **_When(when.at or datetime.now(UTC), when.until).keywords(reason),
+            **_When(when.at or datetime.now(UTC), when.until, when.source).keywords(reason),
         )
         return UpdateDecision(
             operation="update", target_id=existing.id, reason=reason, record=record
@@ -533,7 +558,13 @@ class MemoryUpdater:
             if change.before.at > when.at
         ]
         until = min([*after, when.until] if when.until else after)
-        (record,) = embed_records(self.embedder, [content], stated_at=when.at, valid_until=until)
+        (record,) = embed_records(
+            self.embedder,
+            [content],
+            stated_at=when.at,
+            valid_until=until,
+            provenance=when.source,
+        )
         self.store.add(user_id, record)
         return UpdateDecision(
             operation="add",
@@ -545,13 +576,16 @@ class MemoryUpdater:
 
 @dataclass(frozen=True)
 class _When:
-    """When new content was stated and until when it holds, checked."""
+    """When new content was stated, until when it holds (checked), and where it came from."""
 
     at: datetime | None
     until: datetime | None
+    source: Provenance | None = None
 
     @classmethod
-    def of(cls, at: datetime | None, until: datetime | None) -> _When:
+    def of(
+        cls, at: datetime | None, until: datetime | None, source: Provenance | None = None
+    ) -> _When:
         for name, value in (("at", at), ("valid_until", until)):
             if value is not None and (not isinstance(value, datetime) or value.utcoffset() is None):
                 raise ValueError(f"{name} must be a timezone-aware datetime, got {value!r}")
@@ -559,15 +593,19 @@ class _When:
             raise ValueError(
                 f"valid_until ({until.isoformat()}) is not after at ({at.isoformat()})"
             )
-        return cls(at, until)
+        if source is not None and not isinstance(source, Provenance):
+            raise TypeError(f"provenance must be a Provenance, got {type(source).__name__}")
+        return cls(at, until, source)
 
-    def keywords(self, reason: str) -> dict[str, Any]:
-        """The keywords of `MemoryStore.update` that are set.
+    def keywords(self, reason: str, *, at: bool = True) -> dict[str, Any]:
+        """The keywords of `MemoryStore.update` (or, without ``at``, ``delete``) that are set.
 
-        A store written to the protocol before event time takes an update that
-        carries none of them.
+        A store written to the protocol before event time or provenance takes a
+        write that carries none of them.
         """
-        given = {"at": self.at, "valid_until": self.until, "reason": reason}
+        given: dict[str, Any] = {"reason": reason, "provenance": self.source}
+        if at:
+            given |= {"at": self.at, "valid_until": self.until}
         return {name: value for name, value in given.items() if value}
 
 
