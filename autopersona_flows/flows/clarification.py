@@ -44,6 +44,7 @@ __all__ = [
     "clarification_form",
     "clarification_key",
     "field_names",
+    "field_title",
     "form_key",
     "question_markdown",
     "question_of",
@@ -208,12 +209,24 @@ def field_names(decisions: Sequence[ClarifyDecision]) -> list[str]:
 _FIELD = re.compile(r"[^a-z0-9]+")
 
 
+def field_title(decision: ClarifyDecision) -> str:
+    """A field's label in a form of several questions: its question, options left out.
+
+    A question written for text (the CLI, a notification) may end by listing its
+    options; above a select of those same options the list only repeats them.
+    """
+    listed = f" Options: {', '.join(decision.options)}."
+    if decision.options and decision.question.endswith(listed):
+        return decision.question.removesuffix(listed)
+    return decision.question
+
+
 def questions_form(decisions: Sequence[ClarifyDecision]) -> type[RunInput]:
     """The form of several questions asked at once: one required field each, titled by it."""
     if len(decisions) == 1:
         return clarification_form(decisions[0])
     fields: dict[str, Any] = {
-        name: (_answer_type(decision), Field(title=decision.question))
+        name: (_answer_type(decision), Field(title=field_title(decision)))
         for name, decision in zip(field_names(decisions), decisions, strict=True)
     }
     return create_model("Clarifications", __base__=RunInput, **fields)

@@ -97,9 +97,12 @@ def _wait_healthy(api_url: str, server: subprocess.Popen[bytes], log: Path) -> N
 
 @contextmanager
 def running_stack(
-    root: Path, *, store: str, workers: int = 1, database: str | None = None
+    root: Path, *, store: str, workers: int = 1, database: str | None = None, ui: bool = False
 ) -> Iterator[Stack]:
-    """Server (on ``database`` if given, else SQLite), pool, deployments and workers."""
+    """Server (on ``database`` if given, else SQLite), pool, deployments and workers.
+
+    With ``ui`` the server also serves the Prefect UI (at ``api_url`` without ``/api``).
+    """
     api_url = f"http://127.0.0.1:{_free_port()}/api"
     # Only what the stack needs: a test session's own Prefect settings must not leak in.
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
@@ -108,7 +111,7 @@ def running_stack(
         "PREFECT_API_URL": api_url,
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "DO_NOT_TRACK": "1",
-        "PREFECT_SERVER_UI_ENABLED": "false",
+        "PREFECT_SERVER_UI_ENABLED": str(ui).lower(),
         "PREFECT_WORKER_QUERY_SECONDS": "1",
         "PREFECT_WORKER_PREFETCH_SECONDS": "1",
         "PREFECT_LOGGING_LEVEL": "INFO",
@@ -149,6 +152,14 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """The stack on SQLite with a JSONL memory store, up for the module."""
     root = tmp_path_factory.mktemp("e2e")
     with running_stack(root, store=str(root / "memory")) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def ui_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """The stack on SQLite with the server also serving the Prefect UI, for a browser."""
+    root = tmp_path_factory.mktemp("e2e-browser")
+    with running_stack(root, store=str(root / "memory"), ui=True) as running:
         yield running
 
 

@@ -13,6 +13,7 @@ from autopersona_flows.flows.clarification import (
     clarification_form,
     question_markdown,
     question_of,
+    questions_form,
     step_words,
 )
 from autopersona_flows.flows.events import flow_run_url
@@ -62,6 +63,19 @@ def test_the_question_appears_once_and_names_the_step_in_plain_words() -> None:
     assert "description" not in answer
     assert QUESTION not in str(answer)
     assert answer["enum"] == ["aisle", "window"]
+
+
+def test_a_form_of_several_questions_titles_a_select_without_listing_its_options_again() -> None:
+    style = ClarifyDecision(
+        question="Which citation style should I use? Options: APA, MLA.",
+        requirement="citation style",
+        options=["APA", "MLA"],
+    )
+    channel = ClarifyDecision(question="Which sharing channel should I use?")
+    fields = questions_form([style, channel]).model_json_schema()["properties"]
+    assert fields["citation_style"]["title"] == "Which citation style should I use?"
+    assert fields["citation_style"]["enum"] == ["APA", "MLA"]
+    assert fields["answer_2"]["title"] == "Which sharing channel should I use?"
 
 
 def test_a_step_without_an_instruction_is_named_by_its_id_made_readable() -> None:
