@@ -208,6 +208,12 @@ def _run_graph(
     if elsewhere:  # counted where they ran, in other processes
         counter.tool_executions = len(futures) - cached
     _decision_table(decisions)
+    if steps.memory_operations:
+        blocking(create_table_artifact)(
+            key="persona-memory-ops",
+            table=steps.memory_operations,
+            description="What this run changed in the person's memory (ids, never contents)",
+        )
     return {
         "outputs": outputs,
         "decisions": decisions,

@@ -188,6 +188,8 @@ class NodeSteps:
         self._ahead: dict[str, Future[FinalDecision | ClarifyDecision]] = {}
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
+        # What the learn steps did to memory, for the run's artifact (ids, never contents).
+        self.memory_operations: list[dict[str, Any]] = []
 
     def __enter__(self) -> NodeSteps:
         return self
@@ -285,6 +287,7 @@ class NodeSteps:
         return {
             "operation": result.operation,
             "memory_id": result.record.id if result.record else None,
+            "target_id": result.target_id,
         }
 
     def prepare(
@@ -378,6 +381,19 @@ class NodeSteps:
                 steps=quote(self),
                 decision=quote(decision),
             ),
+        )
+        self.memory_operations.append(
+            {
+                "node": node_id,
+                "requirement": decision.requirement or "",
+                "operation": learned["operation"],
+                "memory id": learned["memory_id"] or "",
+                "replaced": (
+                    learned.get("target_id") or ""
+                    if learned["operation"] in ("update", "delete")
+                    else ""
+                ),
+            }
         )
         return answered.model_copy(update={"memory_id": learned["memory_id"]})
 

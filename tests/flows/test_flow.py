@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+import orjson
 import pytest
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import (
@@ -173,6 +174,18 @@ def test_a_missing_preference_pauses_the_run_until_a_valid_answer(kit, watch_for
     assert table.type == "table"
     assert "draft" in table.data
     assert "APA" in table.data
+    # And what it changed in memory: ids, never contents.
+    [operations] = artifacts(flow_run_id, "persona-memory-ops")
+    [memory] = kit.store.list(USER, "persona")
+    assert orjson.loads(operations.data) == [
+        {
+            "node": "draft",
+            "requirement": "citation style",
+            "operation": "add",
+            "memory id": memory.id,
+            "replaced": "",
+        }
+    ]
 
     # A second run for the same user knows the answer; a pause would time out in 5 s.
     again = run_persona_graph(graph, USER, QUERY, agent=kit.agent, pause_timeout=5, **FAST)
