@@ -235,11 +235,12 @@ def _decision_table(decisions: dict[str, dict[str, Any]]) -> None:
             {
                 "node": node_id,
                 "action": summary["action"],
-                "question": " / ".join(a["question"] for a in summary.get("answers", [])),
+                # The answer before its (long) question: in view at 1280 px too.
                 "answer": " / ".join(
                     a["answer"] + (" (default: nobody answered)" if a.get("default") else "")
                     for a in summary.get("answers", [])
                 ),
+                "question": " / ".join(a["question"] for a in summary.get("answers", [])),
                 "constraints": "; ".join(c["text"] for c in summary["constraints"]),
                 "memory ids": ", ".join(c["memory_id"] for c in summary["constraints"]),
                 "scores": ", ".join(str(c["score"]) for c in summary["constraints"]),
