@@ -268,3 +268,24 @@ def test_erase_removes_a_person_after_confirmation_and_only_them(
     code, _, err = cli(capsys, "erase", address, "ada", "--snapshots", str(snapshots), "-y")
     assert code == 1
     assert err == "error: nothing is stored of 'ada': nothing was erased\n"
+
+
+def test_maintain_merges_duplicates_of_every_user_and_prints_no_contents(
+    capsys, address, seeded
+) -> None:
+    bank = MemoryBank(address)
+    # A near duplicate that skipped the update guards (as an older version could write).
+    bank.store.add("ada", PersonaMemory(topic="tone", preference="terse, no preamble"))
+    assert len(as_json(capsys, "memories", address, "ada")["memories"]) == 4
+
+    code, out, err = cli(capsys, "maintain", address)
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[-1] == "maintained 2 users"
+    [ada] = [line for line in lines if line.startswith("ada:")]
+    assert "1 merged" in ada
+    assert "terse" not in out
+    assert len(as_json(capsys, "memories", address, "ada")["memories"]) == 3
+
+    code, _, _ = cli(capsys, "maintain", address, "--duplicate-threshold", "2")
+    assert code == 2  # a usage error, drawn by Typer

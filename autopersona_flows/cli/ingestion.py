@@ -1,8 +1,9 @@
-"""Commands that write memories in bulk: ingest, reindex."""
+"""Commands that write memories in bulk: ingest, reindex, maintain."""
 
 from __future__ import annotations
 
 from collections import Counter
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
 
@@ -13,6 +14,7 @@ from autopersona_flows.errors import IngestionError
 from autopersona_flows.memory.consolidation import promote_choices
 from autopersona_flows.memory.embedders import get_embedder
 from autopersona_flows.memory.ingestion import ingest_task_history, read_task_records
+from autopersona_flows.memory.maintenance import maintain_user
 from autopersona_flows.memory.reindex import reindex_user
 from autopersona_flows.memory.stores import open_store
 from autopersona_flows.memory.updates import MemoryUpdater
@@ -90,3 +92,53 @@ def reindex_command(
         for user_id in steps.over(users):
             changed += reindex_user(opened, user_id, chosen)
     print(f"re-embedded {changed} memories of {len(users)} users with {chosen.name}")
+
+
+@app.command("maintain", rich_help_panel=PANEL)
+def maintain_command(
+    store: Annotated[str, typer.Argument(metavar="STORE", help=STORE_HELP, show_default=False)],
+    embedder: Embedder = "hashing",
+    user: Annotated[
+        str | None, typer.Option("--user", help="Only this user (default: every user).")
+    ] = None,
+    workspace_max_age_days: Annotated[
+        float | None,
+        typer.Option(
+            "--workspace-max-age-days",
+            min=0,
+            help="Expire workspace memories older than this (default: none expire).",
+        ),
+    ] = None,
+    duplicate_threshold: Annotated[
+        float,
+        typer.Option("--duplicate-threshold", min=0, max=1, help="Merge memories this similar."),
+    ] = 0.9,
+) -> None:
+    """The nightly upkeep, now: expire, retire, merge duplicates, promote choices, compact.
+
+    The `memory-maintenance` flow does the same on a schedule, and exports snapshots.
+    Prints counts per user, never contents.
+    """
+    opened = existing_store(store)
+    chosen = get_embedder(embedder)
+    users = [user] if user is not None else opened.users()
+    max_age = timedelta(days=workspace_max_age_days) if workspace_max_age_days else None
+    reports = []
+    with Steps("maintaining", len(users), "users") as steps:
+        for user_id in steps.over(users):
+            reports.append(
+                maintain_user(
+                    opened,
+                    user_id,
+                    embedder=chosen,
+                    duplicate_threshold=duplicate_threshold,
+                    workspace_max_age=max_age,
+                )
+            )
+    for report in reports:
+        print(
+            f"{report.user_id}: {len(report.expired)} expired, {len(report.retired)} retired, "
+            f"{len(report.merged)} merged, {len(report.promoted)} promoted, "
+            f"{report.compacted} compacted, fingerprint sha256:{report.fingerprint}"
+        )
+    print(f"maintained {len(reports)} users")
