@@ -58,6 +58,8 @@ class Requirement(_Model):
             first tool runs, together with every other missing requirement; or
             ``"at_node"``, when its node is reached (for what depends on the work
             done before it).
+        allow_other: Whether an answer may be other words than the ``options``
+            (they are then suggestions, and the form a text field).
         default: The value to run with if nobody answers in time (or the run's
             question budget is spent), when the run's ``on_timeout`` says so. Never
             learned as the person's preference.
@@ -72,6 +74,7 @@ class Requirement(_Model):
     layers: Annotated[tuple[MemoryLayer, ...], Field(strict=False)] = LAYERS
     required: bool = True
     ask: Literal["early", "at_node"] = "early"
+    allow_other: bool = False
     default: NonBlank | None = None
 
     def __init__(self, name: str | None = None, /, **data: Any) -> None:

@@ -36,6 +36,7 @@ from autopersona_flows.memory.text import memory_text
 
 __all__ = [
     "ClarificationForm",
+    "allows_other",
     "answer_given",
     "artifact_markdown",
     "ask",
@@ -165,9 +166,18 @@ class ClarificationForm(RunInput):
     answer: Any
 
 
+def allows_other(decision: ClarifyDecision) -> bool:
+    """Whether the requirement asked about takes other words than its options."""
+    request, wanted = decision.request, (decision.requirement or "").casefold()
+    return any(
+        r.allow_other and r.name.casefold() == wanted
+        for r in (request.requirements if request is not None else [])
+    )
+
+
 def _answer_type(decision: ClarifyDecision) -> Any:
     """A choice of the options (an enum in the form), or text that is not blank."""
-    if decision.options:
+    if decision.options and not allows_other(decision):
         return Literal[tuple(decision.options)]
     # Prefect's server validates the answer against the JSON schema: `\S` (a search,
     # as JSON-schema patterns are) refuses blank text, which `min_length=1` lets through.
@@ -182,10 +192,13 @@ def clarification_form(decision: ClarifyDecision) -> type[ClarificationForm]:
     one, Prefect would accept an empty resume.
     """
     # No description: the dialog prints it under the field, repeating the question.
+    title = "Your answer"
+    if decision.options and allows_other(decision):
+        title += f" ({', '.join(decision.options)}, or your own words)"
     return create_model(
         "Clarification",
         __base__=ClarificationForm,
-        answer=(_answer_type(decision), Field(title="Your answer")),
+        answer=(_answer_type(decision), Field(title=title)),
     )
 
 
@@ -216,9 +229,10 @@ def field_title(decision: ClarifyDecision) -> str:
     options; above a select of those same options the list only repeats them.
     """
     listed = f" Options: {', '.join(decision.options)}."
-    if decision.options and decision.question.endswith(listed):
-        return decision.question.removesuffix(listed)
-    return decision.question
+    question = decision.question.removesuffix(listed) if decision.options else decision.question
+    if decision.options and allows_other(decision):  # a text field: say what it suggests
+        return f"{question} ({', '.join(decision.options)}, or your own words)"
+    return question
 
 
 def questions_form(decisions: Sequence[ClarifyDecision]) -> type[RunInput]:

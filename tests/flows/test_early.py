@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -159,3 +160,25 @@ def test_early_requirements_are_the_required_early_ones_each_name_once() -> None
         ("a", "citation style"),
         ("b", "sharing channel"),
     ]
+
+
+def test_an_answer_in_other_words_than_the_options_is_taken_where_the_requirement_allows(
+    kit,
+) -> None:
+    style = Requirement("citation style", options=["APA", "MLA"], allow_other=True)
+    graph = TaskGraph([TaskNode(id="cite", tool=kit.record, requires=[style])])
+
+    def person() -> None:
+        until = time.monotonic() + 60
+        while not (waiting := pending_clarifications()) and time.monotonic() < until:
+            time.sleep(0.1)
+        resume_flow_run(waiting[0].flow_run_id, run_input={"answer": "Harvard"})
+
+    thread = threading.Thread(target=person, daemon=True)
+    thread.start()
+    run_persona_graph(graph, USER, QUERY, agent=kit.agent, **FAST)
+    thread.join(10)
+
+    assert kit.contexts["cite"][0].requirement("citation style").value == "Harvard"
+    [learned] = kit.store.list(USER, "persona")
+    assert (learned.content.topic, learned.content.preference) == ("citation style", "Harvard")

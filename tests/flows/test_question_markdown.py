@@ -7,10 +7,11 @@ import prefect.settings as ps
 import pytest
 
 from autopersona_flows import MemoryRecord, PersonaMemory, TrajectoryMemory
-from autopersona_flows.agent import ClarifyDecision, NodeInfo, PersonaRequest
+from autopersona_flows.agent import ClarifyDecision, NodeInfo, PersonaRequest, Requirement
 from autopersona_flows.flows.clarification import (
     artifact_markdown,
     clarification_form,
+    field_title,
     question_markdown,
     question_of,
     questions_form,
@@ -139,3 +140,27 @@ def test_the_run_link_comes_from_the_ui_url_or_else_from_the_api_url() -> None:
         restore_defaults={ps.PREFECT_UI_URL},
     ):
         assert flow_run_url(run) == f"http://10.0.0.5:4200/runs/flow-run/{run}"
+
+
+def test_a_requirement_allowing_other_words_takes_text_beside_its_suggested_options() -> None:
+    closed = seat_question()
+    request = closed.request
+    assert request is not None
+    seat = Requirement("seat", options=["aisle", "window"], allow_other=True)
+    open_ = closed.model_copy(
+        update={"request": request.model_copy(update={"requirements": [seat]})}
+    )
+
+    closed_schema = clarification_form(closed).model_json_schema()
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"answer": "exit row"}, closed_schema)
+
+    schema = clarification_form(open_).model_json_schema()
+    jsonschema.validate({"answer": "exit row"}, schema)
+    jsonschema.validate({"answer": "aisle"}, schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"answer": "  "}, schema)
+    assert (
+        schema["properties"]["answer"]["title"] == "Your answer (aisle, window, or your own words)"
+    )
+    assert field_title(open_) == f"{QUESTION} (aisle, window, or your own words)"
