@@ -75,10 +75,12 @@ Path(out).write_bytes(orjson.dumps(result))
 """
 
 
-def episode_run(tmp_path: Path, name: str, pause_timeout: int) -> subprocess.Popen[bytes]:
+def episode_run(
+    tmp_path: Path, name: str, pause_timeout: int, question: str = QUESTION
+) -> subprocess.Popen[bytes]:
     """Start one run of the episode in a new process, against the session's test server."""
     arguments = [tmp_path / "store", tmp_path / "results", tmp_path / "tools.log"]
-    arguments += [tmp_path / f"{name}.json", "paper-7", pause_timeout, QUESTION]
+    arguments += [tmp_path / f"{name}.json", "paper-7", pause_timeout, question]
     env = os.environ | {"PREFECT_API_URL": str(ps.PREFECT_API_URL.value())}
     with (tmp_path / f"{name}.log").open("wb") as log:
         return subprocess.Popen(
@@ -139,6 +141,46 @@ def test_an_answer_given_just_before_a_crash_is_not_asked_again(
     assert tool_calls(tmp_path) == {"fetch": 1, "outline": 1, "draft": 1, "send": 1}
     learned = JsonlMemoryStore(tmp_path / "store").list("ada", "persona")
     assert [(r.content.topic, r.content.preference) for r in learned] == [("citation style", "APA")]
+
+
+@pytest.mark.slow
+def test_an_answer_to_a_question_that_changed_is_not_used_the_new_one_is_asked(
+    prefect_harness, tmp_path, watch_for_pause
+) -> None:
+    crashing = episode_run(tmp_path, "crashed", pause_timeout=120)
+
+    def answer_then_crash(waiting) -> None:
+        os.kill(crashing.pid, signal.SIGSTOP)  # the answer lands; the run never keeps it
+        answer_clarification(waiting.flow_run_id, "APA")
+        os.kill(crashing.pid, signal.SIGKILL)
+
+    watcher = watch_for_pause(answer_then_crash)
+    try:
+        crashing.wait(timeout=180)
+    finally:
+        if crashing.poll() is None:
+            crashing.kill()
+    watcher.finish()
+
+    # The replay asks a reworded question: the answer given to the old one is bound to
+    # it (its digest is in the pause key and in what the episode keeps), so it is not
+    # taken for an answer to this one, which is asked.
+    changed = "Which citation style should the paper's references use?"
+    asked = watch_for_pause(
+        lambda waiting: (
+            (waiting.question == changed or pytest.fail(waiting.question))
+            and answer_clarification(waiting.flow_run_id, "MLA")
+        )
+    )
+    replaying = episode_run(tmp_path, "replayed", pause_timeout=60, question=changed)
+    assert replaying.wait(timeout=180) == 0, (tmp_path / "replayed.log").read_text()[-3000:]
+    asked.finish()
+
+    result = orjson.loads((tmp_path / "replayed.json").read_bytes())
+    assert result["metrics"]["clarifications"] == 1
+    assert result["outputs"]["draft"] == {"node": "draft", "answer": "MLA"}
+    learned = JsonlMemoryStore(tmp_path / "store").list("ada", "persona")
+    assert [(r.content.topic, r.content.preference) for r in learned] == [("citation style", "MLA")]
 
 
 def test_a_question_nobody_answered_is_asked_again_by_the_replay(
