@@ -166,12 +166,12 @@ def test_an_answer_to_a_question_that_changed_is_not_used_the_new_one_is_asked(
     # it (its digest is in the pause key and in what the episode keeps), so it is not
     # taken for an answer to this one, which is asked.
     changed = "Which citation style should the paper's references use?"
-    asked = watch_for_pause(
-        lambda waiting: (
-            (waiting.question == changed or pytest.fail(waiting.question))
-            and answer_clarification(waiting.flow_run_id, "MLA")
-        )
-    )
+
+    def answer_the_new_question(waiting) -> None:
+        assert waiting.question == changed
+        answer_clarification(waiting.flow_run_id, "MLA")
+
+    asked = watch_for_pause(answer_the_new_question)
     replaying = episode_run(tmp_path, "replayed", pause_timeout=60, question=changed)
     assert replaying.wait(timeout=180) == 0, (tmp_path / "replayed.log").read_text()[-3000:]
     asked.finish()
