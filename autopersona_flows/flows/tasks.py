@@ -550,8 +550,8 @@ class NodeSteps:
             # Resolved by Prefect by now, futures and all; checked before the tool runs.
             tool.arguments.check(inputs["arguments"], resolved=True)
             call = tool.arguments.call(inputs["arguments"])
-        decision = inputs["decision"]
-        if decision is None:
+        made = None
+        if inputs["decision"] is None:
             self.counter.add("decisions")
             made = self._decided(node_id, run_request(inputs))
             if isinstance(made, ClarifyDecision):
@@ -559,10 +559,9 @@ class NodeSteps:
                     f"{self.runtime.agent.policy!r} declares it never asks for a node without "
                     f"required requirements, but asked {made.question!r} for {node_id!r}"
                 )
-            decision = _json.loads(made.model_dump_json(exclude=_EMBEDDINGS))
         self.counter.add("tool_executions")
         self._start_dependents(node_id)
-        return _node_context(inputs | {"decision": decision}), call
+        return _node_context(inputs, made), call
 
     @staticmethod
     def _finish(
@@ -657,10 +656,14 @@ def run_request(inputs: dict[str, Any]) -> PersonaRequest:
 
 
 def _node_context(
-    inputs: dict[str, Any],
+    inputs: dict[str, Any], made: FinalDecision | ClarifyDecision | None = None
 ) -> tuple[FinalDecision | ClarifyDecision, NodeContext]:
-    """The decision in a run task's ``inputs`` (made by now) and the `NodeContext` of them."""
-    decision = parse_decision(_json.dumps(inputs["decision"]))
+    """The decision of a run task and the `NodeContext` of its ``inputs``.
+
+    The decision is the one ``made`` in the task, as it is (never through JSON), or
+    else the one the flow body made, from the inputs.
+    """
+    decision = made if made is not None else parse_decision(_json.dumps(inputs["decision"]))
     return decision, NodeContext.build(
         node=NodeInfo.model_validate(inputs["node"]),
         user_id=inputs["user_id"],
