@@ -39,7 +39,6 @@ __all__ = [
     "allows_other",
     "answer_given",
     "artifact_markdown",
-    "ask",
     "ask_all",
     "asked_question",
     "clarification_form",
@@ -320,11 +319,6 @@ def _user_of(decision: ClarifyDecision, context: FlowRunContext | None) -> str |
 
 def _logger(context: FlowRunContext | None) -> Any:
     return get_run_logger() if context is not None else get_logger(__name__)
-
-
-def ask(node_id: str, decision: ClarifyDecision, runtime: PersonaRuntime) -> str:
-    """`ask_all` for one question; return its answer."""
-    return ask_all([(node_id, decision)], runtime)[0]
 
 
 def ask_all(
