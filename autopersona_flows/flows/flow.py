@@ -14,12 +14,7 @@ from prefect.futures import PrefectFuture, wait
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from autopersona_flows.agent.agent import PersonaAgent
-from autopersona_flows.agent.decisions import (
-    ClarifyDecision,
-    FinalDecision,
-    NodeInfo,
-    PersonaRequest,
-)
+from autopersona_flows.agent.decisions import ClarifyDecision, FinalDecision, NodeInfo
 from autopersona_flows.errors import GraphError
 from autopersona_flows.flows._sync import blocking
 from autopersona_flows.flows.context import AnsweredQuestion
@@ -150,57 +145,47 @@ def _run_graph(
     steps = NodeSteps(runtime, episode_of(runtime, episode_id), counter)
     tools = list(graph.order)
     futures: dict[str, PrefectFuture[Any]] = {}
-    with steps:
-        early = ask_early(steps, graph, user_id=user_id, query=query, tools=tools)
-        for node_id in graph.order:
-            node = graph.nodes[node_id]
-            info = NodeInfo(id=node.id, instruction=node.instruction)
-            decision: FinalDecision | ClarifyDecision | None = None
-            answers: list[AnsweredQuestion] = []
-            if node_id in early.decided:
-                decision = early.decided[node_id]
-            elif elsewhere or steps.may_ask(node.requires):
-                decision, answers = steps.prepare(
-                    info,
-                    requirements=node.requires,
-                    user_id=user_id,
-                    query=query,
-                    tools=tools,
-                    in_flight=list(futures.values()),
-                    answered=early.answers.get(node_id),
-                )
-            else:
-                request = PersonaRequest(
-                    user_id=user_id,
-                    query=query,
-                    node=info,
-                    requirements=node.requires,
-                    additional_tools=tools,
-                )
-                steps.decide_ahead(node_id, request, node.depends_on)
-            tool, options = tools_by_node[node_id], node.task_options()
-            if elsewhere:
-                run, bound = steps.remote_task(node.id, tool, options), {}
-            else:
-                run, bound = steps.run_task(node.id, tool, options), steps.bound(tool)
-            inputs = {dependency: futures[dependency] for dependency in node.depends_on}
-            futures[node_id] = run.submit(
-                episode_id=steps.episode_id,
-                node_id=node.id,
-                inputs=steps.run_inputs(
-                    info,
-                    user_id=user_id,
-                    query=query,
-                    requirements=node.requires,
-                    decision=decision,
-                    answers=answers,
-                    inputs=inputs,
-                    tools=tools,
-                    tool_path=paths.get(node_id),
-                ),
-                **bound,
+    early = ask_early(steps, graph, user_id=user_id, query=query, tools=tools)
+    for node_id in graph.order:
+        node = graph.nodes[node_id]
+        info = NodeInfo(id=node.id, instruction=node.instruction)
+        decision: FinalDecision | ClarifyDecision | None = None
+        answers: list[AnsweredQuestion] = []
+        if node_id in early.decided:
+            decision = early.decided[node_id]
+        elif elsewhere or steps.may_ask(node.requires):
+            decision, answers = steps.prepare(
+                info,
+                requirements=node.requires,
+                user_id=user_id,
+                query=query,
+                tools=tools,
+                in_flight=list(futures.values()),
+                answered=early.answers.get(node_id),
             )
-        wait(list(futures.values()))
+        tool, options = tools_by_node[node_id], node.task_options()
+        if elsewhere:
+            run, bound = steps.remote_task(node.id, tool, options), {}
+        else:
+            run, bound = steps.run_task(node.id, tool, options), steps.bound(tool)
+        inputs = {dependency: futures[dependency] for dependency in node.depends_on}
+        futures[node_id] = run.submit(
+            episode_id=steps.episode_id,
+            node_id=node.id,
+            inputs=steps.run_inputs(
+                info,
+                user_id=user_id,
+                query=query,
+                requirements=node.requires,
+                decision=decision,
+                answers=answers,
+                inputs=inputs,
+                tools=tools,
+                tool_path=paths.get(node_id),
+            ),
+            **bound,
+        )
+    wait(list(futures.values()))
     results = {node_id: future.result() for node_id, future in futures.items()}
     outputs = {node_id: result["output"] for node_id, result in results.items()}
     decisions = {node_id: result["decision"] for node_id, result in results.items()}

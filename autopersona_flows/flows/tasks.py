@@ -15,7 +15,6 @@ import inspect
 import itertools
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -183,50 +182,8 @@ class NodeSteps:
         self.runtime = runtime
         self.episode_id = episode_id
         self.counter = counter
-        # Decisions of nodes decided in their run task, started early (see `decide_ahead`).
-        self._later: dict[str, tuple[PersonaRequest, list[str]]] = {}
-        self._ahead: dict[str, Future[FinalDecision | ClarifyDecision]] = {}
-        self._pool: ThreadPoolExecutor | None = None
-        self._pool_lock = threading.Lock()
         # What the learn steps did to memory, for the run's artifact (ids, never contents).
         self.memory_operations: list[dict[str, Any]] = []
-
-    def __enter__(self) -> NodeSteps:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        """Stop deciding ahead (see `decide_ahead`): what has not started never will."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-
-    def decide_ahead(self, node_id: str, request: PersonaRequest, upstream: list[str]) -> None:
-        """Let the decision of a node decided in its run task start before that task does.
-
-        A run task waits for its upstream nodes, and a decision needs none of their
-        outputs: it is started, in a thread of these steps, as soon as the tool of
-        an ``upstream`` node starts, so it is made while that tool works. A node
-        whose upstream steps all come from the cache (a replay) starts none.
-        """
-        if upstream:
-            self._later[node_id] = (request, upstream)
-
-    def _start_dependents(self, node_id: str) -> None:
-        with self._pool_lock:
-            for later, (request, upstream) in list(self._later.items()):
-                if node_id in upstream:
-                    del self._later[later]
-                    if self._pool is None:
-                        self._pool = ThreadPoolExecutor(1, thread_name_prefix="decide-ahead")
-                    self._ahead[later] = self._pool.submit(self.runtime.agent.decide, request)
-
-    def _decided(self, node_id: str, request: PersonaRequest) -> FinalDecision | ClarifyDecision:
-        """The decision started ahead for ``node_id`` (made here if it has not started)."""
-        with self._pool_lock:
-            self._later.pop(node_id, None)
-            ahead = self._ahead.pop(node_id, None)
-        if ahead is None or ahead.cancel():
-            return self.runtime.agent.decide(request)
-        return ahead.result()
 
     def _task(
         self,
@@ -553,14 +510,13 @@ class NodeSteps:
         made = None
         if inputs["decision"] is None:
             self.counter.add("decisions")
-            made = self._decided(node_id, run_request(inputs))
+            made = self.runtime.agent.decide(run_request(inputs))
             if isinstance(made, ClarifyDecision):
                 raise PolicyError(
                     f"{self.runtime.agent.policy!r} declares it never asks for a node without "
                     f"required requirements, but asked {made.question!r} for {node_id!r}"
                 )
         self.counter.add("tool_executions")
-        self._start_dependents(node_id)
         return _node_context(inputs, made), call
 
     @staticmethod
