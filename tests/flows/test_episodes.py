@@ -9,7 +9,8 @@ import sys
 import threading
 from collections import Counter
 from pathlib import Path
-from uuid import uuid4
+from typing import Any
+from uuid import UUID, uuid4
 
 import orjson
 import prefect.settings as ps
@@ -97,17 +98,20 @@ def tool_calls(tmp_path: Path) -> Counter[str]:
     return Counter(log.read_text().split()) if log.exists() else Counter()
 
 
-@pytest.mark.slow
-def test_an_answer_given_just_before_a_crash_is_not_asked_again(
-    prefect_harness, tmp_path, watch_for_pause
-) -> None:
+def answered_then_killed(
+    tmp_path: Path, watch_for_pause: Any, answer: str
+) -> tuple[subprocess.Popen[bytes], UUID]:
+    """Run the episode until it asks, answer it, and SIGKILL the run before it sees the answer.
+
+    Frozen first, so the run cannot see its answer before it dies: the server has
+    stored the answer and resumed the run, the run has kept nothing. Returns the
+    killed process and its flow run's id.
+    """
     crashing = episode_run(tmp_path, "crashed", pause_timeout=120)
 
     def answer_then_crash(waiting) -> None:
-        # Frozen first, so the run cannot see its answer before it dies: the server
-        # has stored the answer and resumed the run, the run has kept nothing.
         os.kill(crashing.pid, signal.SIGSTOP)
-        answer_clarification(waiting.flow_run_id, "APA")
+        answer_clarification(waiting.flow_run_id, answer)
         os.kill(crashing.pid, signal.SIGKILL)
 
     watcher = watch_for_pause(answer_then_crash)
@@ -116,7 +120,14 @@ def test_an_answer_given_just_before_a_crash_is_not_asked_again(
     finally:
         if crashing.poll() is None:
             crashing.kill()
-    crashed_run = watcher.finish()
+    return crashing, watcher.finish()
+
+
+@pytest.mark.slow
+def test_an_answer_given_just_before_a_crash_is_not_asked_again(
+    prefect_harness, tmp_path, watch_for_pause
+) -> None:
+    crashing, crashed_run = answered_then_killed(tmp_path, watch_for_pause, "APA")
 
     # The crash window: the answer is the run's input and the run is resumed, but
     # the node that asked never ran and nothing was learned.
@@ -147,20 +158,7 @@ def test_an_answer_given_just_before_a_crash_is_not_asked_again(
 def test_an_answer_to_a_question_that_changed_is_not_used_the_new_one_is_asked(
     prefect_harness, tmp_path, watch_for_pause
 ) -> None:
-    crashing = episode_run(tmp_path, "crashed", pause_timeout=120)
-
-    def answer_then_crash(waiting) -> None:
-        os.kill(crashing.pid, signal.SIGSTOP)  # the answer lands; the run never keeps it
-        answer_clarification(waiting.flow_run_id, "APA")
-        os.kill(crashing.pid, signal.SIGKILL)
-
-    watcher = watch_for_pause(answer_then_crash)
-    try:
-        crashing.wait(timeout=180)
-    finally:
-        if crashing.poll() is None:
-            crashing.kill()
-    watcher.finish()
+    answered_then_killed(tmp_path, watch_for_pause, "APA")
 
     # The replay asks a reworded question: the answer given to the old one is bound to
     # it (its digest is in the pause key and in what the episode keeps), so it is not
