@@ -364,15 +364,7 @@ def bury_command(
     reason: Reason = "",
 ) -> None:
     """Keep a memory but leave it out of retrieval and decisions until unburied."""
-    bank = MemoryBank(existing_store(store))
-    before = bank.find(user, memory_id, _layer(layer))
-    after = bank.bury(
-        user, memory_id, layer=before.layer, reason=reason, command="autopersona bury"
-    )
-    if before.buried_at is not None:
-        print(f"{after.layer} memory {memory_id} was already buried")
-    else:
-        print(f"buried {after.layer} memory {memory_id}: kept, never retrieved until unburied")
+    _burial(store, user, memory_id, layer, reason, bury=True)
 
 
 @app.command("unbury", rich_help_panel=PANEL)
@@ -384,13 +376,21 @@ def unbury_command(
     reason: Reason = "",
 ) -> None:
     """Let a buried memory be retrieved and used again."""
+    _burial(store, user, memory_id, layer, reason, bury=False)
+
+
+def _burial(
+    store: str, user: str, memory_id: str, layer: str | None, reason: str, *, bury: bool
+) -> None:
     bank = MemoryBank(existing_store(store))
     before = bank.find(user, memory_id, _layer(layer))
-    after = bank.unbury(
-        user, memory_id, layer=before.layer, reason=reason, command="autopersona unbury"
-    )
-    if before.buried_at is None:
-        print(f"{after.layer} memory {memory_id} was not buried")
+    change = bank.bury if bury else bank.unbury
+    command = "autopersona bury" if bury else "autopersona unbury"
+    after = change(user, memory_id, layer=before.layer, reason=reason, command=command)
+    if (before.buried_at is not None) == bury:
+        print(f"{after.layer} memory {memory_id} was {'already' if bury else 'not'} buried")
+    elif bury:
+        print(f"buried {after.layer} memory {memory_id}: kept, never retrieved until unburied")
     else:
         print(f"unburied {after.layer} memory {memory_id}: retrieved again")
 
