@@ -108,7 +108,8 @@ class PersonaAgent:
             else request.retrieval_min_similarity
         )
         started = time.perf_counter()
-        memories = self._retrieve(request, top_k, min_similarity)
+        with self.retriever.reading():  # one state of each bank for all its searches
+            memories = self._retrieve(request, top_k, min_similarity)
         retrieved = time.perf_counter()
         try:
             decision = parse_decision(self.policy.decide(request, memories))

@@ -10,14 +10,33 @@ from prefect.filesystems import LocalFileSystem, WritableFileSystem
 from prefect.results import ResultStore, get_default_result_storage
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
-from autopersona_flows.agent.decisions import ClarifyDecision
+from autopersona_flows import _json
+from autopersona_flows.agent.decisions import (
+    ClarifyDecision,
+    FinalDecision,
+    PersonaRequest,
+    parse_decision,
+)
 from autopersona_flows.flows._sync import blocking
 from autopersona_flows.flows.cache_policies import node_cache_key
 from autopersona_flows.flows.clarification import answer_given
 from autopersona_flows.flows.locks import step_locks
 from autopersona_flows.flows.serializers import OrjsonSerializer
+from autopersona_flows.memory.records import LAYERS
 
-__all__ = ["Asking", "EpisodeAnswers", "Given"]
+__all__ = ["Asking", "EpisodeAnswers", "EpisodeDecisions", "Given", "decision_json"]
+
+_EMBEDDINGS: dict[str, Any] = {
+    "memories": {layer: {"__all__": {"record": {"embedding"}}} for layer in LAYERS}
+}
+
+
+def decision_json(decision: FinalDecision | ClarifyDecision) -> Any:
+    """``decision`` as JSON, its memories without their embeddings.
+
+    Embeddings would only weigh down every stored result and cache key.
+    """
+    return _json.loads(decision.model_dump_json(exclude=_EMBEDDINGS))
 
 
 class Asking(BaseModel):
@@ -68,12 +87,7 @@ class EpisodeAnswers:
 
     def __init__(self, storage: Path | WritableFileSystem | None, episode_id: str) -> None:
         self._locks = step_locks(storage)
-        if isinstance(storage, Path):
-            storage = LocalFileSystem(basepath=str(storage))
-        self._store = ResultStore(
-            result_storage=storage or blocking(get_default_result_storage)(),
-            serializer=OrjsonSerializer(),
-        )
+        self._store = _result_store(storage)
         self.episode_id = episode_id
 
     def _key(self, kind: str, node_id: str, user_id: str, decision: ClarifyDecision) -> str:
@@ -122,3 +136,55 @@ class EpisodeAnswers:
         """Keep the answer to this question (or the default run with) for the episode's replays."""
         value: Any = {"default": given.answer} if given.default else given.answer
         self._store.write(value, key=self._key("answer", node_id, user_id, decision))
+
+
+class EpisodeDecisions:
+    """The decisions an episode's run made in its flow body, kept for its replays.
+
+    A node nobody can be asked about is decided in the flow body, with no step of its
+    own (see `NodeSteps.decide_now`). The run keeps those decisions in one record,
+    keyed by episode and by every request they answer, so a replay of the same
+    graph runs with exactly them and decides nothing; a changed graph decides anew.
+    """
+
+    def __init__(self, storage: Path | WritableFileSystem | None, episode_id: str) -> None:
+        self._store = _result_store(storage)
+        self.episode_id = episode_id
+
+    def _key(self, requests: dict[str, PersonaRequest]) -> str:
+        inputs = {node_id: _json.loads(r.model_dump_json()) for node_id, r in requests.items()}
+        return node_cache_key("decisions", self.episode_id, "graph", inputs)
+
+    def recall(self, requests: dict[str, PersonaRequest]) -> dict[str, FinalDecision] | None:
+        """The decisions kept for exactly these requests (by node), if a run kept them."""
+        key = self._key(requests)
+        if not requests or not self._store.exists(key):
+            return None
+        kept = self._store.read(key).result
+        return {node_id: _final(made) for node_id, made in kept.items()}
+
+    def keep(
+        self, requests: dict[str, PersonaRequest], decisions: dict[str, FinalDecision]
+    ) -> None:
+        """Keep ``decisions`` (by node) as the answers to ``requests``."""
+        if requests:
+            self._store.write(
+                {node_id: decision_json(decision) for node_id, decision in decisions.items()},
+                key=self._key(requests),
+            )
+
+
+def _final(raw: Any) -> FinalDecision:
+    decision = parse_decision(_json.dumps(raw))
+    if not isinstance(decision, FinalDecision):
+        raise TypeError(f"a kept decision of a node nobody can ask about asks: {raw!r}")
+    return decision
+
+
+def _result_store(storage: Path | WritableFileSystem | None) -> ResultStore:
+    if isinstance(storage, Path):
+        storage = LocalFileSystem(basepath=str(storage))
+    return ResultStore(
+        result_storage=storage or blocking(get_default_result_storage)(),
+        serializer=OrjsonSerializer(),
+    )

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from prefect import flow
 from prefect.artifacts import create_table_artifact
@@ -14,15 +16,21 @@ from prefect.futures import PrefectFuture, wait
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from autopersona_flows.agent.agent import PersonaAgent
-from autopersona_flows.agent.decisions import ClarifyDecision, FinalDecision, NodeInfo
-from autopersona_flows.errors import GraphError
+from autopersona_flows.agent.decisions import (
+    ClarifyDecision,
+    FinalDecision,
+    NodeInfo,
+    PersonaRequest,
+)
+from autopersona_flows.errors import GraphError, StoreUnavailableError
 from autopersona_flows.flows._sync import blocking
 from autopersona_flows.flows.context import AnsweredQuestion
 from autopersona_flows.flows.early import ask_early
+from autopersona_flows.flows.episodes import EpisodeDecisions
 from autopersona_flows.flows.graph import GraphSpec, TaskGraph, import_path, resolve_tool
 from autopersona_flows.flows.runtime import current_runtime, persona_runtime
 from autopersona_flows.flows.settings import load_settings
-from autopersona_flows.flows.tasks import NodeSteps, StepCounter, episode_of
+from autopersona_flows.flows.tasks import NodeSteps, StepCounter, episode_of, summarise
 from autopersona_flows.memory.users import check_user_id
 
 __all__ = [
@@ -145,15 +153,36 @@ def _run_graph(
     steps = NodeSteps(runtime, episode_of(runtime, episode_id), counter)
     tools = list(graph.order)
     futures: dict[str, PrefectFuture[Any]] = {}
+    made: dict[str, dict[str, Any] | None] = {}
     early = ask_early(steps, graph, user_id=user_id, query=query, tools=tools)
+    # The requests of the nodes nobody can be asked about, decided in this body.
+    quiet = {
+        node_id: PersonaRequest(
+            user_id=user_id,
+            query=query,
+            node=NodeInfo(id=node.id, instruction=node.instruction),
+            requirements=node.requires,
+            additional_tools=tools,
+        )
+        for node_id, node in graph.nodes.items()
+        if node_id not in early.decided and not elsewhere and not steps.may_ask(node.requires)
+    }
+    kept_decisions = EpisodeDecisions(runtime.result_storage, steps.episode_id)
+    kept = kept_decisions.recall(quiet)
+    decided_here: dict[str, FinalDecision] = {}
     for node_id in graph.order:
         node = graph.nodes[node_id]
         info = NodeInfo(id=node.id, instruction=node.instruction)
         decision: FinalDecision | ClarifyDecision | None = None
+        decided: FinalDecision | None = None
         answers: list[AnsweredQuestion] = []
         if node_id in early.decided:
             decision = early.decided[node_id]
-        elif elsewhere or steps.may_ask(node.requires):
+        elif node_id in quiet:
+            # Nobody can be asked about it: decided here, while the tools before it
+            # run, and handed to its run task outside the key (as one made there).
+            decided = kept[node_id] if kept else _decide_here(steps, node_id, quiet[node_id])
+        else:
             decision, answers = steps.prepare(
                 info,
                 requirements=node.requires,
@@ -163,11 +192,13 @@ def _run_graph(
                 in_flight=list(futures.values()),
                 answered=early.answers.get(node_id),
             )
+        if decided is not None:
+            decided_here[node_id] = decided
         tool, options = tools_by_node[node_id], node.task_options()
         if elsewhere:
             run, bound = steps.remote_task(node.id, tool, options), {}
         else:
-            run, bound = steps.run_task(node.id, tool, options), steps.bound(tool)
+            run, bound = steps.run_task(node.id, tool, options), steps.bound(tool, decided=decided)
         inputs = {dependency: futures[dependency] for dependency in node.depends_on}
         futures[node_id] = run.submit(
             episode_id=steps.episode_id,
@@ -185,6 +216,17 @@ def _run_graph(
             ),
             **bound,
         )
+        made[node_id] = summarise(decided or decision, answers) if (decided or decision) else None
+    # The tables are known now: written while the tools run, not after them.
+    tables = _Background(
+        _after_submitting,
+        made,
+        steps.memory_operations,
+        # Kept whole or not at all: a replay decides anew what was not decided here.
+        None
+        if kept or len(decided_here) < len(quiet)
+        else lambda: kept_decisions.keep(quiet, decided_here),
+    )
     wait(list(futures.values()))
     results = {node_id: future.result() for node_id, future in futures.items()}
     outputs = {node_id: result["output"] for node_id, result in results.items()}
@@ -192,13 +234,10 @@ def _run_graph(
     cached = sum(future.state.name == "Cached" for future in futures.values())
     if elsewhere:  # counted where they ran, in other processes
         counter.tool_executions = len(futures) - cached
-    _decision_table(decisions)
-    if steps.memory_operations:
-        blocking(create_table_artifact)(
-            key="persona-memory-ops",
-            table=steps.memory_operations,
-            description="What this run changed in the person's memory (ids, never contents)",
-        )
+    tables.join()
+    if decisions != made:
+        # A replay's cached nodes ran with the decisions of their first run.
+        _decision_table(decisions)
     return {
         "outputs": outputs,
         "decisions": decisions,
@@ -211,6 +250,57 @@ def _run_graph(
             "seconds": round(time.perf_counter() - started, 3),
         },
     }
+
+
+def _decide_here(steps: NodeSteps, node_id: str, request: PersonaRequest) -> FinalDecision | None:
+    """`NodeSteps.decide_now` in the flow body; None if the store is unreachable.
+
+    The node's run task then decides again, under the node's retries.
+    """
+    try:
+        return steps.decide_now(node_id, request)
+    except StoreUnavailableError:
+        return None
+
+
+class _Background:
+    """``fn(*args)`` in a thread of its own, in the caller's context (its flow run)."""
+
+    def __init__(self, fn: Callable[..., None], *args: Any) -> None:
+        self._error: BaseException | None = None
+        context = contextvars.copy_context()
+        self._thread = threading.Thread(target=context.run, args=(self._call, fn, *args))
+        self._thread.start()
+
+    def _call(self, fn: Callable[..., None], *args: Any) -> None:
+        try:
+            fn(*args)
+        except BaseException as exc:  # raised in the caller by `join`
+            self._error = exc
+
+    def join(self) -> None:
+        """Wait for it; raise what it raised."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+
+def _after_submitting(
+    decisions: dict[str, dict[str, Any] | None],
+    memory_operations: list[dict[str, Any]],
+    keep: Callable[[], None] | None,
+) -> None:
+    # What a run does once every node is submitted, while its tools run.
+    if keep is not None:
+        keep()
+    if all(summary is not None for summary in decisions.values()):
+        _decision_table(cast(dict[str, dict[str, Any]], decisions))
+    if memory_operations:
+        blocking(create_table_artifact)(
+            key="persona-memory-ops",
+            table=memory_operations,
+            description="What this run changed in the person's memory (ids, never contents)",
+        )
 
 
 def _decision_table(decisions: dict[str, dict[str, Any]]) -> None:

@@ -246,11 +246,15 @@ def build_task(
     options: PersonaTaskOptions,
     *,
     run_name: RunName | None,
+    locked: bool = True,
 ) -> Task:
     """The Prefect task of one persona step, built once per process for each name and options.
 
     The step's ``options`` pass through; its cache policy, persistence, serializer and
     storage are ours (see `PersonaTaskOptions`), and its retry condition `RetryUnlessOurs`.
+    A ``locked`` step is ``SERIALIZABLE`` (see `step_locks`): of two runs of one
+    episode at once, the second waits for the first's result instead of running the
+    step too (Prefect's cache does not lock). Only runs sharing an episode id need it.
     """
     try:
         key: tuple[Any, ...] | None = (
@@ -259,6 +263,7 @@ def build_task(
             name,
             storage,
             run_name,
+            locked,
             tuple(sorted((k, _hashable(v)) for k, v in options.items())),
         )
         hash(key)
@@ -271,12 +276,14 @@ def build_task(
         **options,
         "name": name,
         "task_run_name": run_name or name,
-        # Serializable: of two runs of one episode at once, the second waits for the
-        # first's result instead of running the step too (Prefect's cache does not lock).
-        "cache_policy": NodeCachePolicy(
-            kind=kind,
-            isolation_level=IsolationLevel.SERIALIZABLE,
-            lock_manager=step_locks(storage),
+        "cache_policy": (
+            NodeCachePolicy(
+                kind=kind,
+                isolation_level=IsolationLevel.SERIALIZABLE,
+                lock_manager=step_locks(storage),
+            )
+            if locked
+            else NodeCachePolicy(kind=kind)
         ),
         "persist_result": True,
         "result_serializer": OrjsonSerializer(),

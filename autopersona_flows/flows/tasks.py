@@ -46,7 +46,7 @@ from autopersona_flows.flows.clarification import (
     response_key,
 )
 from autopersona_flows.flows.context import AnsweredQuestion, NodeContext
-from autopersona_flows.flows.episodes import Asking, EpisodeAnswers, Given
+from autopersona_flows.flows.episodes import Asking, EpisodeAnswers, Given, decision_json
 from autopersona_flows.flows.graph import resolve_tool
 from autopersona_flows.flows.options import (
     DEFAULT_TASK_OPTIONS,
@@ -56,13 +56,9 @@ from autopersona_flows.flows.options import (
     build_task,
 )
 from autopersona_flows.flows.runtime import PersonaRuntime, current_flow_run_id
-from autopersona_flows.memory.records import LAYERS, JsonValue, check_json
+from autopersona_flows.memory.records import JsonValue, check_json
 
 __all__ = ["NodeSteps", "StepCounter", "episode_of", "is_async", "json_inputs", "summarise"]
-
-_EMBEDDINGS: dict[str, Any] = {
-    "memories": {layer: {"__all__": {"record": {"embedding"}}} for layer in LAYERS}
-}
 
 
 class StepCounter:
@@ -120,15 +116,27 @@ def _learn(
 
 
 def _run(
-    episode_id: str, node_id: str, inputs: dict[str, Any], steps: NodeSteps, tool: _Tool
+    episode_id: str,
+    node_id: str,
+    inputs: dict[str, Any],
+    steps: NodeSteps,
+    tool: _Tool,
+    *,
+    decided: FinalDecision | None = None,
 ) -> Any:
-    return steps.run(node_id, inputs, tool)
+    return steps.run(node_id, inputs, tool, decided)
 
 
 async def _arun(
-    episode_id: str, node_id: str, inputs: dict[str, Any], steps: NodeSteps, tool: _Tool
+    episode_id: str,
+    node_id: str,
+    inputs: dict[str, Any],
+    steps: NodeSteps,
+    tool: _Tool,
+    *,
+    decided: FinalDecision | None = None,
 ) -> Any:
-    return await steps.arun(node_id, inputs, tool)
+    return await steps.arun(node_id, inputs, tool, decided)
 
 
 # A graph node's run task on a runner of other processes (Dask, a process pool): it
@@ -182,6 +190,9 @@ class NodeSteps:
         self.runtime = runtime
         self.episode_id = episode_id
         self.counter = counter
+        # Only runs sharing an episode id can run its steps at once: an episode of
+        # the run's own id has no other run, and its steps need no locks.
+        self.shared = episode_id != str(current_flow_run_id())
         # What the learn steps did to memory, for the run's artifact (ids, never contents).
         self.memory_operations: list[dict[str, Any]] = []
 
@@ -194,7 +205,7 @@ class NodeSteps:
         run_name: RunName | None = None,
     ) -> Task:
         storage = options.get("result_storage", self.runtime.result_storage)
-        return build_task(fn, kind, name, storage, options, run_name=run_name)
+        return build_task(fn, kind, name, storage, options, run_name=run_name, locked=self.shared)
 
     def decide(self, inputs: dict[str, Any]) -> Any:
         """The decide task's work: the agent's decision for the request in ``inputs``.
@@ -206,9 +217,7 @@ class NodeSteps:
         request = PersonaRequest.model_validate_json(
             _json.dumps({k: v for k, v in inputs.items() if k not in ("answered", "element")})
         )
-        decision = self.runtime.agent.decide(request)
-        # Embeddings would only weigh down every stored result and cache key.
-        return _json.loads(decision.model_dump_json(exclude=_EMBEDDINGS))
+        return decision_json(self.runtime.agent.decide(request))
 
     def check(self, inputs: dict[str, Any]) -> Any:
         """The check task's work: decide each request in ``inputs`` (see `early`)."""
@@ -216,7 +225,7 @@ class NodeSteps:
         for request in inputs["requests"]:
             self.counter.add("decisions")
             decision = self.runtime.agent.decide(PersonaRequest.model_validate(request))
-            decisions.append(_json.loads(decision.model_dump_json(exclude=_EMBEDDINGS)))
+            decisions.append(decision_json(decision))
         return decisions
 
     def check_requirements(self, requests: list[PersonaRequest]) -> list[Any]:
@@ -448,15 +457,25 @@ class NodeSteps:
         return self._task(_arun if is_async(tool) else _run, "run", node_id, options, run_name)
 
     def bound(
-        self, tool: Callable[..., Any], arguments: ToolArguments | None = None
+        self,
+        tool: Callable[..., Any],
+        arguments: ToolArguments | None = None,
+        decided: FinalDecision | None = None,
     ) -> dict[str, Any]:
-        """The parameters of a `run_task` besides its key: these steps and the tool.
+        """The parameters of a `run_task` besides its key: these steps, the tool, a decision.
 
         Args:
             tool: The node's tool.
             arguments: A `persona_task`'s arguments (see `_Tool`); None for a graph node.
+            decided: The decision of a node nobody can ask about, made in the flow
+                body (see `decide_now`): outside the key, as a decision made in the
+                run task would be.
         """
-        return {"steps": quote(self), "tool": quote(_Tool(tool, arguments))}
+        return {
+            "steps": quote(self),
+            "tool": quote(_Tool(tool, arguments)),
+            "decided": quote(decided),
+        }
 
     def remote_task(
         self, node_id: str, tool: Callable[..., Any], options: PersonaTaskOptions
@@ -470,54 +489,84 @@ class NodeSteps:
         fn = _arun_elsewhere if is_async(tool) else _run_elsewhere
         return self._task(fn, "run", node_id, options, run_name)
 
-    def run(self, node_id: str, inputs: dict[str, Any], tool: _Tool) -> Any:
-        """The run task's work: decide if the body did not, then call the tool.
+    def run(
+        self,
+        node_id: str,
+        inputs: dict[str, Any],
+        tool: _Tool,
+        decided: FinalDecision | None = None,
+    ) -> Any:
+        """The run task's work: decide if nobody did, then call the tool.
+
+        The decision is ``decided`` (made in the flow body for a node that cannot
+        be asked about, outside the key), the one in the inputs (made in a decide
+        step), or else made here (a `persona_task` nobody can ask about).
 
         Returns a graph node's ``{"decision": ..., "output": ...}``: a summary of the
-        decision the tool ran with (made here when the inputs carry none, see
-        `may_ask`) and the tool's output, both small on purpose (Prefect walks every
-        result a dependent receives); a `persona_task`'s output alone.
+        decision the tool ran with and the tool's output, both small on purpose
+        (Prefect walks every result a dependent receives); a `persona_task`'s output
+        alone.
         """
-        (decision, context), (args, kwargs) = self._start(node_id, inputs, tool)
+        (decision, context), (args, kwargs) = self._start(node_id, inputs, tool, decided)
         output = _sync_output(node_id, tool.fn(context, *args, **kwargs))
         return self._finish(node_id, tool, decision, context, output)
 
-    async def arun(self, node_id: str, inputs: dict[str, Any], tool: _Tool) -> Any:
+    async def arun(
+        self,
+        node_id: str,
+        inputs: dict[str, Any],
+        tool: _Tool,
+        decided: FinalDecision | None = None,
+    ) -> Any:
         """`run` for an ``async def`` tool: the same, awaiting it.
 
         A decision made here is made in a worker thread: the agent is sync.
         """
-        if inputs["decision"] is None:
+        if inputs["decision"] is None and decided is None:
             started = await asyncio.to_thread(self._start, node_id, inputs, tool)
         else:
-            started = self._start(node_id, inputs, tool)
+            started = self._start(node_id, inputs, tool, decided)
         (decision, context), (args, kwargs) = started
         output = await tool.fn(context, *args, **kwargs)
         return self._finish(node_id, tool, decision, context, output)
 
     def _start(
-        self, node_id: str, inputs: dict[str, Any], tool: _Tool
+        self,
+        node_id: str,
+        inputs: dict[str, Any],
+        tool: _Tool,
+        decided: FinalDecision | None = None,
     ) -> tuple[
         tuple[FinalDecision | ClarifyDecision, NodeContext],
         tuple[tuple[Any, ...], dict[str, Any]],
     ]:
-        """The tool's decision (made now if the body did not) and context, its arguments."""
+        """The tool's decision (made now if nobody did) and context, its arguments."""
         call: tuple[tuple[Any, ...], dict[str, Any]] = ((), {})
         if tool.arguments is not None:
             # Resolved by Prefect by now, futures and all; checked before the tool runs.
             tool.arguments.check(inputs["arguments"], resolved=True)
             call = tool.arguments.call(inputs["arguments"])
-        made = None
-        if inputs["decision"] is None:
-            self.counter.add("decisions")
-            made = self.runtime.agent.decide(run_request(inputs))
-            if isinstance(made, ClarifyDecision):
-                raise PolicyError(
-                    f"{self.runtime.agent.policy!r} declares it never asks for a node without "
-                    f"required requirements, but asked {made.question!r} for {node_id!r}"
-                )
+        made: FinalDecision | ClarifyDecision | None = decided
+        if inputs["decision"] is None and made is None:
+            made = self.decide_now(node_id, run_request(inputs))
         self.counter.add("tool_executions")
         return _node_context(inputs, made), call
+
+    def decide_now(self, node_id: str, request: PersonaRequest) -> FinalDecision:
+        """Decide for a node nobody can ask about, here and now (no step of its own).
+
+        Raises:
+            PolicyError: If the policy, having declared it never asks for such a
+                node, asks.
+        """
+        self.counter.add("decisions")
+        made = self.runtime.agent.decide(request)
+        if isinstance(made, ClarifyDecision):
+            raise PolicyError(
+                f"{self.runtime.agent.policy!r} declares it never asks for a node without "
+                f"required requirements, but asked {made.question!r} for {node_id!r}"
+            )
+        return made
 
     @staticmethod
     def _finish(

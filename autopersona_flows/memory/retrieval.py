@@ -12,7 +12,7 @@ import math
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
@@ -211,6 +211,7 @@ class MemoryRetriever:
         )
         self._lock = threading.Lock()
         self._queries: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._reads = threading.local()  # the banks this thread's `reading` block checked
 
     def __repr__(self) -> str:
         return f"MemoryRetriever({self.store!r}, {self.embedder!r})"
@@ -302,6 +303,26 @@ class MemoryRetriever:
         for layer in layers:
             with self._index(user_id, layer):
                 pass
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """Within the block, read each bank as it was when the block first read it.
+
+        Every search, lookup and exact find in the block is then answered from one
+        state of each bank, checked against the store once (a ``stat`` of a JSONL
+        file, a round trip to PostgreSQL) instead of once per call. A decision reads
+        this way: its searches see one bank, and a decision in a busy flow is not
+        slowed by system calls, each of which gives up the GIL. Blocks nest; a write
+        by this thread inside one is not seen until the block ends.
+        """
+        outer = getattr(self._reads, "checked", None)
+        if outer is None:
+            self._reads.checked = set()
+        try:
+            yield
+        finally:
+            if outer is None:
+                self._reads.checked = None
 
     def _query_vectors(self, texts: list[str]) -> np.ndarray:
         """Embed query texts, each once per process: a node's searches repeat every run."""
@@ -419,7 +440,11 @@ class MemoryRetriever:
                     self._indexes.popitem(last=False)
             else:
                 self._indexes.move_to_end(key)
-        return _HeldIndex(self.store, user_id, layer, *entry)
+        checked: set[tuple[str, str]] | None = getattr(self._reads, "checked", None)
+        fresh = checked is not None and key in checked
+        if checked is not None:
+            checked.add(key)
+        return _HeldIndex(self.store, user_id, layer, *entry, fresh=fresh)
 
     def _as_of(self, user_id: str, layer: MemoryLayer, as_of: datetime) -> BankIndex:
         """An index of the bank as it stood at ``as_of``, its history included.
@@ -454,11 +479,17 @@ class _HeldIndex:
         layer: MemoryLayer,
         lock: threading.Lock,
         index: BankIndex,
+        *,
+        fresh: bool = False,
     ) -> None:
         self._store, self._user_id, self._layer = store, user_id, layer
         self._lock, self._index = lock, index
+        self._fresh = fresh  # checked already in this `reading` block
 
     def __enter__(self) -> BankIndex:
+        if self._fresh:
+            self._lock.acquire()
+            return self._index
         while True:
             cursor = self._index.cursor
             changes = self._store.changes(self._user_id, self._layer, cursor)

@@ -372,14 +372,16 @@ class OnceUnavailableStore(JsonlMemoryStore):
 def test_a_store_that_was_unreachable_is_retried_under_the_nodes_retries(
     kit, tmp_path: Path, retries: int, completes: bool
 ) -> None:
-    store = OnceUnavailableStore(tmp_path / "flaky-store", reads=1)
+    # Twice: the decision in the flow body meets it and leaves the node to its run
+    # task, whose decision meets it again; only a retry of the run task gets past.
+    store = OnceUnavailableStore(tmp_path / "flaky-store", reads=2)
     agent = PersonaAgent(MemoryRetriever(store))
     graph = TaskGraph([TaskNode(id="draft", tool=kit.record, retries=retries)])
 
     state = run_for_state(kit, graph, agent=agent)
 
     assert state.is_completed() is completes
-    assert store.failures_left == 0  # the decision inside the run task met the outage
+    assert store.failures_left == 0
     assert kit.calls == ({"draft": 1} if completes else {})
     if not completes:
         with pytest.raises(StoreUnavailableError):
@@ -510,8 +512,6 @@ def test_a_policy_breaking_its_promise_fails_the_node_before_its_tool(kit) -> No
     assert state.is_failed()
     with pytest.raises(PolicyError, match=r"never asks.*'Which font\?'.*'draft'"):
         state.result()
-    assert kit.calls == {}  # the tool never ran, and the library's error was not retried
-    runs = task_runs(
-        state.state_details.flow_run_id, lambda r: state_of(r.get("draft")) == StateType.FAILED
-    )
-    assert runs["draft"].run_count == 1
+    # Decided in the flow body, the node fails before its run task (and its retries)
+    # exists: the tool never ran.
+    assert kit.calls == {}
