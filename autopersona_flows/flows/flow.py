@@ -25,7 +25,7 @@ from autopersona_flows.agent.decisions import (
 from autopersona_flows.errors import GraphError, StoreUnavailableError
 from autopersona_flows.flows._sync import blocking
 from autopersona_flows.flows.context import AnsweredQuestion
-from autopersona_flows.flows.early import ask_early
+from autopersona_flows.flows.early import Early, ask_early
 from autopersona_flows.flows.episodes import EpisodeDecisions
 from autopersona_flows.flows.graph import GraphSpec, TaskGraph, import_path, resolve_tool
 from autopersona_flows.flows.runtime import current_runtime, persona_runtime
@@ -135,10 +135,9 @@ def _run_graph(
     # neither may call the other as a subflow.
     started = time.perf_counter()
     check_user_id(user_id)
-    context = FlowRunContext.get()
-    runner = context.task_runner if context is not None else None
     # On a runner of other processes (Dask, a process pool), the run tasks hold nothing
     # of this one: every node is decided here and its tool imported there by path.
+    runner = getattr(FlowRunContext.get(), "task_runner", None)
     elsewhere = runner is not None and not isinstance(runner, ThreadPoolTaskRunner)
     tools_by_node = {
         node_id: resolve_tool(node.tool, allowed=allowed) for node_id, node in graph.nodes.items()
@@ -155,21 +154,12 @@ def _run_graph(
     futures: dict[str, PrefectFuture[Any]] = {}
     made: dict[str, dict[str, Any] | None] = {}
     early = ask_early(steps, graph, user_id=user_id, query=query, tools=tools)
-    # The requests of the nodes nobody can be asked about, decided in this body.
-    quiet = {
-        node_id: PersonaRequest(
-            user_id=user_id,
-            query=query,
-            node=NodeInfo(id=node.id, instruction=node.instruction),
-            requirements=node.requires,
-            additional_tools=tools,
-        )
-        for node_id, node in graph.nodes.items()
-        if node_id not in early.decided and not elsewhere and not steps.may_ask(node.requires)
-    }
+    quiet = (
+        {} if elsewhere else _quiet(graph, steps, early, user_id=user_id, query=query, tools=tools)
+    )
     kept_decisions = EpisodeDecisions(runtime.result_storage, steps.episode_id)
     kept = kept_decisions.recall(quiet)
-    decided_here: dict[str, FinalDecision] = {}
+    here: dict[str, FinalDecision | None] = {}  # decided in this body, None if it could not
     for node_id in graph.order:
         node = graph.nodes[node_id]
         info = NodeInfo(id=node.id, instruction=node.instruction)
@@ -181,7 +171,9 @@ def _run_graph(
         elif node_id in quiet:
             # Nobody can be asked about it: decided here, while the tools before it
             # run, and handed to its run task outside the key (as one made there).
-            decided = kept[node_id] if kept else _decide_here(steps, node_id, quiet[node_id])
+            decided = here[node_id] = (
+                kept[node_id] if kept else _decide_here(steps, node_id, quiet[node_id])
+            )
         else:
             decision, answers = steps.prepare(
                 info,
@@ -192,8 +184,6 @@ def _run_graph(
                 in_flight=list(futures.values()),
                 answered=early.answers.get(node_id),
             )
-        if decided is not None:
-            decided_here[node_id] = decided
         tool, options = tools_by_node[node_id], node.task_options()
         if elsewhere:
             run, bound = steps.remote_task(node.id, tool, options), {}
@@ -216,16 +206,17 @@ def _run_graph(
             ),
             **bound,
         )
-        made[node_id] = summarise(decided or decision, answers) if (decided or decision) else None
-    # The tables are known now: written while the tools run, not after them.
+        ran_with = decided or decision  # None: its run task decides (see `_decide_here`)
+        made[node_id] = None if ran_with is None else summarise(ran_with, answers)
+    # The tables are known now: written while the tools run, not after them. The
+    # decisions are kept whole or not at all: a replay decides anew what was not.
+    complete = {node_id: d for node_id, d in here.items() if d is not None}
+    keep = not kept and len(complete) == len(quiet)
     tables = _Background(
         _after_submitting,
         made,
         steps.memory_operations,
-        # Kept whole or not at all: a replay decides anew what was not decided here.
-        None
-        if kept or len(decided_here) < len(quiet)
-        else lambda: kept_decisions.keep(quiet, decided_here),
+        (lambda: kept_decisions.keep(quiet, complete)) if keep else None,
     )
     wait(list(futures.values()))
     results = {node_id: future.result() for node_id, future in futures.items()}
@@ -249,6 +240,23 @@ def _run_graph(
             "cache_hits": cached,
             "seconds": round(time.perf_counter() - started, 3),
         },
+    }
+
+
+def _quiet(
+    graph: TaskGraph, steps: NodeSteps, early: Early, *, user_id: str, query: str, tools: list[str]
+) -> dict[str, PersonaRequest]:
+    """The requests of the nodes nobody can be asked about, by node: decided in the body."""
+    return {
+        node_id: PersonaRequest(
+            user_id=user_id,
+            query=query,
+            node=NodeInfo(id=node.id, instruction=node.instruction),
+            requirements=node.requires,
+            additional_tools=tools,
+        )
+        for node_id, node in graph.nodes.items()
+        if node_id not in early.decided and not steps.may_ask(node.requires)
     }
 
 
