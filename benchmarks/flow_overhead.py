@@ -16,8 +16,9 @@ predecessor's output. It runs two ways, alternately, ``--reps`` times each (5):
   `NodeContext`. Every 10th node has a requirement the memory satisfies, so it is
   decided in its own cached task in the flow body, where a question could
   suspend the run; the other nodes cannot be asked about (the default policy
-  never asks without a required requirement) and are decided inside their one
-  run task. Each run is a new episode, so nothing is a cache hit.
+  never asks without a required requirement) are decided in the flow body with
+  no task of their own, while the tools before them run. Each run is a new
+  episode, so nothing is a cache hit.
 * *bare*: a plain ``@flow`` submitting the same chain of plain Prefect tasks (one
   per node) with equal persistence: ``persist_result=True``, the same result
   storage folder, the same JSON serializer, and `NodeCachePolicy` (so the cache

@@ -1,7 +1,8 @@
 """The Prefect tasks of a persona node: decide, learn the answer, run the tool.
 
 A node the agent may ask about is decided in its own task in the flow body (where a
-question can suspend the run); any other node is decided inside its run task. Every
+question can suspend the run); any other graph node is decided in the flow body with
+no task of its own (`decide_now`), a `persona_task` inside its run task. Every
 task is visible in the UI and cached under `NodeCachePolicy`, so a resumed or
 replayed run gets each completed step back from the result store instead of
 running it again. A tool may be ``async def``: its run task is then a Prefect async
@@ -427,11 +428,12 @@ class NodeSteps:
         """Whether the agent may ask before a node with these requirements.
 
         Only such a node needs its decision in the flow body, where a question can
-        suspend the run. Any other node is decided inside its run task: one Prefect
-        task per node instead of two, the decision replayed with the task's cached
-        result. A policy declares ``asks_without_requirements = False`` to promise
-        it never asks for a node without required requirements (`EvidencePolicy`
-        does); a policy that does not say is assumed to ask anywhere.
+        suspend the run. Any other node needs no decide step: one Prefect task per
+        node instead of two, its decision made with no task of its own (`decide_now`)
+        and replayed with the run task's cached result. A policy declares
+        ``asks_without_requirements = False`` to promise it never asks for a node
+        without required requirements (`EvidencePolicy` does); a policy that does
+        not say is assumed to ask anywhere.
         """
         policy = self.runtime.agent.policy
         return any(r.required for r in requirements) or bool(
@@ -596,7 +598,7 @@ class NodeSteps:
     ) -> dict[str, Any]:
         """The run task's inputs: everything its result depends on, as JSON.
 
-        ``decision`` is ``None`` for a node decided inside its run task; ``inputs``
+        ``decision`` is ``None`` for a node decided without a step (see `bound`); ``inputs``
         are the run results (or their futures) of the nodes it depends on. With a
         ``tool_path``, the inputs are those of a `remote_task`: they carry it, and
         their values are plain (Dask sends Prefect's annotations, tuples, as lists).
