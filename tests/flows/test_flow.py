@@ -271,6 +271,45 @@ def test_a_new_run_of_the_same_episode_replays_every_node_from_the_cache(kit) ->
     assert other["metrics"]["tool_executions"] == 4
 
 
+def test_a_replay_runs_with_the_decisions_of_its_first_run_whatever_memory_says_now(
+    kit,
+) -> None:
+    kit.store.add(USER, PersonaMemory(topic="citation style", preference="APA"))
+    graph = paper_graph(kit)
+    options = {"agent": kit.agent, "result_storage": kit.results, "pause_timeout": 5, **FAST}
+    first = run_persona_graph(graph, USER, QUERY, episode_id="ep-kept", **options)
+    assert first["metrics"]["decisions"] == 4
+
+    # Memory that changes what 'fetch' is told: a new episode sees it, the replay not.
+    kit.store.add(USER, PersonaMemory(topic="paper tone", preference="formal, no contractions"))
+    replay = run_persona_graph(graph, USER, QUERY, episode_id="ep-kept", **options)
+    fresh = run_persona_graph(graph, USER, QUERY, episode_id="ep-new", **options)
+
+    def formal(result: dict[str, Any]) -> bool:
+        return any("formal" in c["text"] for c in result["decisions"]["fetch"]["constraints"])
+
+    assert formal(fresh)
+    assert not formal(first)
+    assert replay["metrics"]["decisions"] == 0
+    assert replay["decisions"] == first["decisions"]
+    assert replay["outputs"] == first["outputs"]
+    assert kit.calls == dict.fromkeys(graph.order, 2)  # the first run and the new episode
+
+
+def test_only_runs_that_share_an_episode_take_step_locks(kit) -> None:
+    kit.store.add(USER, PersonaMemory(topic="citation style", preference="APA"))
+    graph = paper_graph(kit)
+    options = {"agent": kit.agent, "result_storage": kit.results, **FAST}
+
+    # An episode of the run's own id has no other run: nothing to lock against.
+    run_persona_graph(graph, USER, QUERY, **options)
+    assert kit.results.is_dir()
+    assert not (kit.results / ".locks").exists()
+
+    run_persona_graph(graph, USER, QUERY, episode_id="shared", **options)
+    assert (kit.results / ".locks").is_dir()  # each lock file is gone once released
+
+
 @pytest.mark.filterwarnings("ignore:unclosed:ResourceWarning")  # see run_async
 def test_async_tools_run_in_the_sync_flow_and_in_its_async_twin(kit, run_async) -> None:
     kit.store.add(USER, PersonaMemory(topic="citation style", preference="APA"))

@@ -364,6 +364,33 @@ def test_loading_a_bank_reads_it_once_for_later_retrievals(store: JsonlMemorySto
     assert len(reads) == 1  # one check that nothing changed, no full read
 
 
+def test_a_reading_block_checks_each_bank_once_and_sees_writes_after_it(
+    store: JsonlMemoryStore,
+) -> None:
+    store.add("ada", PersonaMemory(topic="seat", preference="aisle"))
+    retriever = MemoryRetriever(store)
+    reads: list[tuple[object, ...]] = []
+    original = store.changes
+    store.changes = lambda *a, **k: reads.append(a) or original(*a, **k)  # type: ignore[method-assign]
+    with retriever.reading():
+        for _ in range(3):
+            assert retriever.retrieve("ada", [search("seat")]).persona
+        assert retriever.learned_at("ada", ["a step"]) == []
+        assert [r[1] for r in reads] == ["persona"]  # one check for four calls
+        with retriever.reading():  # nested: still the outer block's state
+            retriever.retrieve("ada", [search("seat")])
+        assert len(reads) == 1
+        # A write inside the block is not seen until it ends: one state per block.
+        store.add("ada", PersonaMemory(topic="seat", preference="window"))
+        assert len(retriever.retrieve("ada", [search("seat")]).persona) == 1
+    assert len(retriever.retrieve("ada", [search("seat")]).persona) == 2
+    assert len(reads) == 2
+    # Outside a block, every call checks the store again.
+    retriever.retrieve("ada", [search("seat")])
+    retriever.retrieve("ada", [search("seat")])
+    assert len(reads) == 4
+
+
 def test_scoring_many_queries_at_once_equals_one_by_one(store: JsonlMemoryStore) -> None:
     store.add_many(
         "ada",
