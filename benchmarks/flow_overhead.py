@@ -14,8 +14,8 @@ predecessor's output. It runs two ways, alternately, ``--reps`` times each (5):
   PersonaAgent decides (a retrieval over a bank seeded with a few persona
   memories and one workspace memory) and the node's tool runs with its
   `NodeContext`. Every 10th node has a requirement the memory satisfies, so it is
-  decided in its own cached task in the flow body, where a question could
-  suspend the run; the other nodes cannot be asked about (the default policy
+  decided in a step kept in the result store, in the flow body, where a question
+  could suspend the run; the other nodes cannot be asked about (the default policy
   never asks without a required requirement) are decided in the flow body with
   no task of their own, while the tools before them run. Each run is a new
   episode, so nothing is a cache hit.
@@ -548,16 +548,12 @@ def report_variants(overhead: Overhead, reps: int) -> None:
             f"{label:46} | {body:>6.2f} | {body / bare:>6.2f}x | "
             f"{(body - bare) / n * 1000:>8.1f} | {_runs(samples, 'body')}"
         )
-    # Only the nodes with a requirement have a decide task of their own.
-    extra = (median(overhead.variants["extra-task"], "body") - bare) / SATISFIED_EVERY / n * 1000
     total = (median(overhead.persona, "body") - bare) / n * 1000
     agent_ms = median(overhead.persona, "decide") / n * 1000
-    rest = total - extra - agent_ms
     print(
-        f"of the persona overhead of {total:.1f} ms/node: decide tasks (every "
-        f"{SATISFIED_EVERY}th node) {extra:.1f} ms, the agent's decide {agent_ms:.1f} ms "
-        f"(measured inside the run, where it shares the GIL with the flow's thread), the rest "
-        f"{rest:.1f} ms (our glue, the decision table artifact)"
+        f"of the persona overhead of {total:.1f} ms/node: the agent's decide {agent_ms:.1f} ms "
+        f"(in the flow body, where it shares the GIL with the task threads), the rest "
+        f"{total - agent_ms:.1f} ms (our glue: kept steps, larger inputs and results)"
     )
 
 
@@ -641,8 +637,9 @@ def report_profile(agent: TimedAgent, overhead: Overhead, storage: Path) -> None
     flows, prefect = "autopersona_flows/flows/", "prefect/"
     body, _ = cum(main, flows + "flow.py", "persona_graph")
     prepare, _ = cum(main, flows + "tasks.py", "prepare")
-    task_call, calls = cum(main, prefect + "tasks.py", "__call__")
+    kept, calls = cum(main, flows + "tasks.py", "kept")
     our_decide, _ = cum(main, flows + "tasks.py", "decide")
+    decide_now, _ = cum(main, flows + "tasks.py", "decide_now")
     agent_decide, _ = cum(main, "autopersona_flows/agent/agent.py", "decide")
     run_inputs, _ = cum(main, flows + "tasks.py", "run_inputs")
     run_task, _ = cum(main, flows + "tasks.py", "run_task")
@@ -657,14 +654,13 @@ def report_profile(agent: TimedAgent, overhead: Overhead, storage: Path) -> None
     def row(label: str, seconds: float, note: str = "") -> None:
         print(f"  {label:64} {seconds:6.2f} s {seconds / n * 1000:7.1f} ms/node {note}")
 
-    print("flow body, main thread (the decide tasks of nodes with requirements run here):")
+    print("flow body, main thread (every node is decided here):")
     row("persona_graph body", body)
-    row("  NodeSteps.prepare", prepare)
-    row(f"    decide tasks, sync Task.__call__ ({calls} calls)", task_call)
-    row("      Prefect engine around our decide function", task_call - our_decide)
-    row("      our decide function (JSON in and out)", our_decide - agent_decide)
-    row("        PersonaAgent.decide (retrieval and policy)", agent_decide)
-    row("    our code in prepare (request, Task objects, parse_decision)", prepare - task_call)
+    row("  NodeSteps.prepare (nodes with a requirement)", prepare)
+    row(f"    kept decide steps ({calls} calls, the result store around decide)", kept)
+    row("  NodeSteps.decide_now (the other nodes)", decide_now)
+    row("  of these, PersonaAgent.decide (retrieval and policy)", agent_decide)
+    row("  of these, our decide function (JSON in and out)", our_decide)
     row("  NodeSteps.run_task and run_inputs (our code)", run_task + run_inputs)
     row(f"  Task.submit of the run tasks ({submits} calls)", submit)
     row("  waiting for the run chain, reading its results", waited + results)

@@ -76,7 +76,7 @@ class PersonaTask(Generic[P, R]):
 
     Called, submitted or mapped inside a ``@flow`` (within `persona_runtime`), it
     first runs the pre-hook in the flow body, where a question may pause or
-    suspend the run: the agent decides (as its own cached task), and while
+    suspend the run: the agent decides (in a kept step, see `NodeSteps.kept`), and while
     something required is missing it asks the person and learns the answer. Then
     the function runs as a Prefect task named after it, given a `NodeContext`
     first. Its result is cached by episode, node and arguments, so a resumed or

@@ -24,7 +24,7 @@ from autopersona_flows.flows.locks import step_locks
 from autopersona_flows.flows.serializers import OrjsonSerializer
 from autopersona_flows.memory.records import LAYERS
 
-__all__ = ["Asking", "EpisodeAnswers", "EpisodeDecisions", "Given", "decision_json"]
+__all__ = ["Asking", "EpisodeAnswers", "EpisodeDecisions", "Given", "decision_json", "result_store"]
 
 _EMBEDDINGS: dict[str, Any] = {
     "memories": {layer: {"__all__": {"record": {"embedding"}}} for layer in LAYERS}
@@ -87,7 +87,7 @@ class EpisodeAnswers:
 
     def __init__(self, storage: Path | WritableFileSystem | None, episode_id: str) -> None:
         self._locks = step_locks(storage)
-        self._store = _result_store(storage)
+        self._store = result_store(storage)
         self.episode_id = episode_id
 
     def _key(self, kind: str, node_id: str, user_id: str, decision: ClarifyDecision) -> str:
@@ -148,7 +148,7 @@ class EpisodeDecisions:
     """
 
     def __init__(self, storage: Path | WritableFileSystem | None, episode_id: str) -> None:
-        self._store = _result_store(storage)
+        self._store = result_store(storage)
         self.episode_id = episode_id
 
     def _key(self, requests: dict[str, PersonaRequest]) -> str:
@@ -181,7 +181,8 @@ def _final(raw: Any) -> FinalDecision:
     return decision
 
 
-def _result_store(storage: Path | WritableFileSystem | None) -> ResultStore:
+def result_store(storage: Path | WritableFileSystem | None) -> ResultStore:
+    """The result store of persona steps kept in ``storage`` (Prefect's default if None)."""
     if isinstance(storage, Path):
         storage = LocalFileSystem(basepath=str(storage))
     return ResultStore(

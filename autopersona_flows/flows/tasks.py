@@ -1,26 +1,32 @@
-"""The Prefect tasks of a persona node: decide, learn the answer, run the tool.
+"""The steps of a persona node: decide, learn the answer, run the tool.
 
-A node the agent may ask about is decided in its own task in the flow body (where a
-question can suspend the run); any other graph node is decided in the flow body with
-no task of its own (`decide_now`), a `persona_task` inside its run task. Every
-task is visible in the UI and cached under `NodeCachePolicy`, so a resumed or
-replayed run gets each completed step back from the result store instead of
-running it again. A tool may be ``async def``: its run task is then a Prefect async
-task that awaits it.
+Every node is decided in the flow body, where a question can suspend the run, with
+no Prefect task of its own: a node the agent may ask about in steps kept in the
+result store under their decide keys (`NodeSteps.kept`), any other graph node
+directly (`NodeSteps.decide_now`, kept for the episode by the graph), a
+`persona_task` nobody can ask about inside its run task. Learning an answer and
+running the tool are Prefect tasks, visible in the UI and cached under
+`NodeCachePolicy`. So a resumed or replayed run gets each completed step back from
+the result store instead of running it again. A tool may be ``async def``: its run
+task is then a Prefect async task that awaits it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import itertools
 import threading
+import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
 from prefect import Task
 from prefect.futures import wait
+from prefect.results import ResultStore
 from prefect.utilities.annotations import opaque, quote
 
 from autopersona_flows import _json
@@ -37,8 +43,10 @@ from autopersona_flows.errors import (
     ClarificationTimeoutError,
     NodeOutputError,
     PolicyError,
+    StoreUnavailableError,
 )
 from autopersona_flows.flows.arguments import ToolArguments
+from autopersona_flows.flows.cache_policies import node_cache_key
 from autopersona_flows.flows.clarification import (
     ask_all,
     field_names,
@@ -47,8 +55,15 @@ from autopersona_flows.flows.clarification import (
     response_key,
 )
 from autopersona_flows.flows.context import AnsweredQuestion, NodeContext
-from autopersona_flows.flows.episodes import Asking, EpisodeAnswers, Given, decision_json
+from autopersona_flows.flows.episodes import (
+    Asking,
+    EpisodeAnswers,
+    Given,
+    decision_json,
+    result_store,
+)
 from autopersona_flows.flows.graph import resolve_tool
+from autopersona_flows.flows.locks import step_locks
 from autopersona_flows.flows.options import (
     DEFAULT_TASK_OPTIONS,
     PRE_HOOK_OPTIONS,
@@ -98,14 +113,6 @@ def json_inputs(value: Any, what: str) -> JsonValue:
 # question) are parameters outside the cache key (see `NodeCachePolicy`), quoted so
 # that Prefect passes them untouched. Short on purpose: Prefect reads and hashes a
 # task function's source whenever a task is built from it.
-def _decide(episode_id: str, node_id: str, inputs: dict[str, Any], steps: NodeSteps) -> Any:
-    return steps.decide(inputs)
-
-
-def _check(episode_id: str, node_id: str, inputs: dict[str, Any], steps: NodeSteps) -> Any:
-    return steps.check(inputs)
-
-
 def _learn(
     episode_id: str,
     node_id: str,
@@ -209,7 +216,7 @@ class NodeSteps:
         return build_task(fn, kind, name, storage, options, run_name=run_name, locked=self.shared)
 
     def decide(self, inputs: dict[str, Any]) -> Any:
-        """The decide task's work: the agent's decision for the request in ``inputs``.
+        """The decide step's work: the agent's decision for the request in ``inputs``.
 
         ``inputs`` may carry the ``answered`` questions of earlier rounds (in memory
         by now) and the ``element`` of a ``.map()``: they only key the step.
@@ -221,7 +228,7 @@ class NodeSteps:
         return decision_json(self.runtime.agent.decide(request))
 
     def check(self, inputs: dict[str, Any]) -> Any:
-        """The check task's work: decide each request in ``inputs`` (see `early`)."""
+        """The check step's work: decide each request in ``inputs`` (see `early`)."""
         decisions = []
         for request in inputs["requests"]:
             self.counter.add("decisions")
@@ -230,17 +237,38 @@ class NodeSteps:
         return decisions
 
     def check_requirements(self, requests: list[PersonaRequest]) -> list[Any]:
-        """Decide each of ``requests`` in one cached step (see `early`); return the decisions."""
-        task = self._task(_check, "decide", "check-requirements", PRE_HOOK_OPTIONS)
-        return cast(  # a sync task's result, not a coroutine
-            list[Any],
-            task(
-                episode_id=self.episode_id,
-                node_id="check-requirements",
-                inputs={"requests": [_json.loads(r.model_dump_json()) for r in requests]},
-                steps=quote(self),
-            ),
-        )
+        """Decide each of ``requests`` in one kept step (see `early`); return the decisions."""
+        inputs = {"requests": [_json.loads(r.model_dump_json()) for r in requests]}
+        return cast(list[Any], self.kept("check-requirements", inputs, self.check))
+
+    def kept(self, node_id: str, inputs: dict[str, Any], work: Callable[[Any], Any]) -> Any:
+        """A decide step in the flow body, with no Prefect task: ``work(inputs)``, kept.
+
+        Its result is kept in the result store under the key a decide task of the
+        node would have (`node_cache_key`), so a resumed or replayed run reads it
+        back instead of deciding again. A step of a shared episode holds its step
+        lock, so of two runs at once one decides and the other reads. A store
+        outage is retried as a decide task's would be (`PRE_HOOK_OPTIONS`).
+        """
+        key = node_cache_key("decide", self.episode_id, node_id, inputs)
+        store = self._results
+        holder = uuid.uuid4().hex
+        locks = step_locks(self.runtime.result_storage) if self.shared else None
+        if locks is not None:
+            locks.acquire_lock(key, holder)
+        try:
+            if store.exists(key):
+                return store.read(key).result
+            result = _retrying_outages(work, inputs)
+            store.write(result, key=key)
+            return result
+        finally:
+            if locks is not None:
+                locks.release_lock(key, holder)
+
+    @functools.cached_property
+    def _results(self) -> ResultStore:
+        return result_store(self.runtime.result_storage)
 
     def learn(self, node_id: str, decision: ClarifyDecision, inputs: dict[str, Any]) -> Any:
         """The learn task's work: remember the answer to the question of ``decision``."""
@@ -301,15 +329,8 @@ class NodeSteps:
         for round_ in itertools.count(1):
             suffix = f"-{round_}" if round_ > 1 else ""
             given = [a.model_dump(mode="json") for a in answered]
-            name = f"decide-{node.id}{suffix}"
-            run_name = None if element is None else RunName(name)
-            raw = self._task(_decide, "decide", name, PRE_HOOK_OPTIONS, run_name=run_name)(
-                episode_id=self.episode_id,
-                node_id=node.id,
-                inputs={**request, "answered": given} if answered else request,
-                steps=quote(self),
-            )
-            decision = parse_decision(_json.dumps(raw))
+            inputs = {**request, "answered": given} if answered else request
+            decision = parse_decision(_json.dumps(self.kept(node.id, inputs, self.decide)))
             if isinstance(decision, FinalDecision) or any(
                 a.question == decision.question for a in answered
             ):
@@ -631,6 +652,20 @@ class NodeSteps:
             "tools": quote(tools),
             **extra,
         }
+
+
+def _retrying_outages(work: Callable[[Any], Any], inputs: Any) -> Any:
+    """``work(inputs)``, tried again after a store outage as a decide task would be."""
+    retries = int(PRE_HOOK_OPTIONS.get("retries") or 0)
+    delay = float(cast(float, PRE_HOOK_OPTIONS.get("retry_delay_seconds") or 0))
+    for attempt in itertools.count():
+        try:
+            return work(inputs)
+        except StoreUnavailableError:
+            if attempt >= retries:
+                raise
+            time.sleep(delay)
+    raise AssertionError("unreachable: the attempts end in a return or a raise")
 
 
 def _default(decision: ClarifyDecision, why: str) -> str:
