@@ -244,11 +244,11 @@ class NodeSteps:
     def kept(self, node_id: str, inputs: dict[str, Any], work: Callable[[Any], Any]) -> Any:
         """A decide step in the flow body, with no Prefect task: ``work(inputs)``, kept.
 
-        Its result is kept in the result store under the key a decide task of the
-        node would have (`node_cache_key`), so a resumed or replayed run reads it
-        back instead of deciding again. A step of a shared episode holds its step
-        lock, so of two runs at once one decides and the other reads. A store
-        outage is retried as a decide task's would be (`PRE_HOOK_OPTIONS`).
+        Its result is kept in the result store under the node's ``decide`` key
+        (`node_cache_key`), so a resumed or replayed run reads it back instead of
+        deciding again. A step of a shared episode holds its step lock, so of two
+        runs at once one decides and the other reads. A store outage is retried as
+        the pre-hook's tasks retry it (`PRE_HOOK_OPTIONS`).
         """
         key = node_cache_key("decide", self.episode_id, node_id, inputs)
         store = self._results
@@ -655,17 +655,14 @@ class NodeSteps:
 
 
 def _retrying_outages(work: Callable[[Any], Any], inputs: Any) -> Any:
-    """``work(inputs)``, tried again after a store outage as a decide task would be."""
-    retries = int(PRE_HOOK_OPTIONS.get("retries") or 0)
+    """``work(inputs)``, tried again after a store outage as the pre-hook's tasks retry it."""
     delay = float(cast(float, PRE_HOOK_OPTIONS.get("retry_delay_seconds") or 0))
-    for attempt in itertools.count():
+    for _ in range(int(PRE_HOOK_OPTIONS.get("retries") or 0)):
         try:
             return work(inputs)
         except StoreUnavailableError:
-            if attempt >= retries:
-                raise
             time.sleep(delay)
-    raise AssertionError("unreachable: the attempts end in a return or a raise")
+    return work(inputs)  # the last attempt: its outage is the caller's
 
 
 def _default(decision: ClarifyDecision, why: str) -> str:
