@@ -17,7 +17,7 @@ predecessor's output. It runs two ways, alternately, ``--reps`` times each (5):
   decided in a step kept in the result store, in the flow body, where a question
   could suspend the run; the other nodes cannot be asked about (the default policy
   never asks without a required requirement) are decided in the flow body with
-  no task of their own, while the tools before them run. Each run is a new
+  no task of their own, all before the first node is submitted. Each run is a new
   episode, so nothing is a cache hit.
 * *bare*: a plain ``@flow`` submitting the same chain of plain Prefect tasks (one
   per node) with equal persistence: ``persist_result=True``, the same result

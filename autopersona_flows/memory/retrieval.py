@@ -441,10 +441,7 @@ class MemoryRetriever:
             else:
                 self._indexes.move_to_end(key)
         checked: set[tuple[str, str]] | None = getattr(self._reads, "checked", None)
-        fresh = checked is not None and key in checked
-        if checked is not None:
-            checked.add(key)
-        return _HeldIndex(self.store, user_id, layer, *entry, fresh=fresh)
+        return _HeldIndex(self.store, user_id, layer, *entry, checked=checked)
 
     def _as_of(self, user_id: str, layer: MemoryLayer, as_of: datetime) -> BankIndex:
         """An index of the bank as it stood at ``as_of``, its history included.
@@ -480,14 +477,15 @@ class _HeldIndex:
         lock: threading.Lock,
         index: BankIndex,
         *,
-        fresh: bool = False,
+        checked: set[tuple[str, str]] | None = None,
     ) -> None:
         self._store, self._user_id, self._layer = store, user_id, layer
         self._lock, self._index = lock, index
-        self._fresh = fresh  # checked already in this `reading` block
+        self._checked = checked  # the banks this thread's `reading` block brought up to date
 
     def __enter__(self) -> BankIndex:
-        if self._fresh:
+        key = (self._user_id, self._layer)
+        if self._checked is not None and key in self._checked:
             self._lock.acquire()
             return self._index
         while True:
@@ -502,6 +500,8 @@ class _HeldIndex:
         except BaseException:
             self._lock.release()
             raise
+        if self._checked is not None:  # only once it is up to date: a failed read is retried
+            self._checked.add(key)
         return self._index
 
     def __exit__(self, *exc: object) -> None:

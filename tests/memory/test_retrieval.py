@@ -14,6 +14,7 @@ from autopersona_flows import (
     JsonlMemoryStore,
     PersonaMemory,
     RetrievalError,
+    StoreUnavailableError,
     TrajectoryMemory,
     WorkspaceMemory,
 )
@@ -389,6 +390,28 @@ def test_a_reading_block_checks_each_bank_once_and_sees_writes_after_it(
     retriever.retrieve("ada", [search("seat")])
     retriever.retrieve("ada", [search("seat")])
     assert len(reads) == 4
+
+
+def test_a_failed_read_in_a_reading_block_is_read_again_not_taken_as_checked(
+    store: JsonlMemoryStore,
+) -> None:
+    store.add("ada", PersonaMemory(topic="seat", preference="aisle"))
+    retriever = MemoryRetriever(store)
+    original = store.changes
+    failures = [StoreUnavailableError("the store is down")]
+
+    def flaky(*args: object, **kwargs: object) -> object:
+        if failures:
+            raise failures.pop()
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    store.changes = flaky  # type: ignore[method-assign]
+    with retriever.reading():
+        with pytest.raises(StoreUnavailableError):
+            retriever.retrieve("ada", [search("seat")])
+        # The bank was never read: the next call reads it, rather than searching
+        # an empty index as if it were up to date.
+        assert retriever.retrieve("ada", [search("seat")]).persona[0].record.content.topic == "seat"
 
 
 def test_scoring_many_queries_at_once_equals_one_by_one(store: JsonlMemoryStore) -> None:
