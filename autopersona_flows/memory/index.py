@@ -9,7 +9,7 @@ only in memory: ``autopersona reindex`` stores them).
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import cast
@@ -87,6 +87,11 @@ class TimeView:
         return ((1.0 + np.exp2(-age / self.half_life)) / 2.0).astype(np.float32)
 
 
+_SCORED_FLOATS = 1 << 18
+"""Scores an index keeps of the queries it answered (1 MB): about what the vectors of
+700 memories take, and the relevance of a few hundred queries in a bank of that size."""
+
+
 def _contexts(content: LayerContent) -> set[str]:
     return {normalise(context) for context in getattr(content, "contexts", ())}
 
@@ -124,6 +129,8 @@ class BankIndex:
         self._total_length = 0.0
         self._weighed: dict[str, tuple[float, np.ndarray | None, np.ndarray | None]] = {}
         self._holding: dict[tuple[str, ...], list[MemoryRecord]] = {}
+        # (query, its vector's bytes) -> its relevance of every row: see `scores_many`
+        self._scored: OrderedDict[tuple[str, bytes], np.ndarray] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -140,6 +147,7 @@ class BankIndex:
         if changes.full or changes.records or changes.deleted:
             self._weighed = {}  # every idf and length norm moves with the bank
             self._holding = {}
+            self._scored.clear()
         if changes.full:
             self._clear()
         for memory_id in changes.deleted:
@@ -259,13 +267,43 @@ class BankIndex:
         """Score every row for each query at once: shape ``(len(queries), rows)``.
 
         A term shared by several queries is weighed once; the dense part is one
-        matrix product. With ``time``, rows not current then score -1 and scores
-        are weighed by recency as it says.
+        matrix product. A query's relevance of every row is kept until the bank
+        changes (a node's searches repeat in every run, and several nodes of a run
+        search its request alike), within a budget of `_SCORED_FLOATS` scores. With
+        ``time``, rows not current then score -1 and scores are weighed by recency
+        as it says.
         """
         n = len(self.records)
         result = np.zeros((len(queries), n), dtype=np.float32)
         if not self.rows:
             return result - 1
+        keys = [
+            (query, vector.tobytes()) for query, vector in zip(queries, query_vectors, strict=True)
+        ]
+        missing = []
+        for i, key in enumerate(keys):
+            kept = self._scored.get(key)
+            if kept is None:
+                missing.append(i)
+            else:
+                result[i] = kept
+                self._scored.move_to_end(key)
+        if missing:
+            scored = self._relevance([queries[i] for i in missing], query_vectors[missing], n)
+            result[missing] = scored
+            if n * 2 <= _SCORED_FLOATS:
+                self._scored.update(zip([keys[i] for i in missing], scored, strict=True))
+                while len(self._scored) * n > _SCORED_FLOATS:
+                    self._scored.popitem(last=False)
+        if time is not None:
+            result *= time.weights(self._at[:n])
+            result[:, ~time.current(self._at[:n], self._until[:n])] = -1.0
+        result[:, ~self._live[:n]] = -1.0
+        return result
+
+    def _relevance(self, queries: list[str], query_vectors: np.ndarray, n: int) -> np.ndarray:
+        """Each query's score of rows ``[:n]``, before time and liveness count."""
+        result = np.zeros((len(queries), n), dtype=np.float32)
         weight = self.scoring.dense_weight
         if weight:
             norms = np.linalg.norm(query_vectors, axis=1, keepdims=True)
@@ -276,10 +314,6 @@ class BankIndex:
         if weight < 1:
             for i, query in enumerate(queries):
                 result[i] += (1 - weight) * self._bm25(query, n)
-        if time is not None:
-            result *= time.weights(self._at[:n])
-            result[:, ~time.current(self._at[:n], self._until[:n])] = -1.0
-        result[:, ~self._live[:n]] = -1.0
         return result
 
     def _bm25(self, query: str, n: int) -> np.ndarray:

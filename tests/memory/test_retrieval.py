@@ -432,6 +432,33 @@ def test_scoring_many_queries_at_once_equals_one_by_one(store: JsonlMemoryStore)
     np.testing.assert_allclose(together, apart, rtol=1e-6)
 
 
+def test_a_query_is_scored_once_until_the_bank_changes_within_a_budget(
+    store: JsonlMemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.add("ada", PersonaMemory(topic="seat", preference="aisle"))
+    retriever = MemoryRetriever(store)
+    with retriever._index("ada", "persona") as index:
+        scored: list[list[str]] = []
+        relevance = index._relevance
+        monkeypatch.setattr(
+            index, "_relevance", lambda q, v, n: scored.append(q) or relevance(q, v, n)
+        )
+    searches = [search("seat"), search("window seat")]
+    first = retriever.retrieve("ada", searches).persona
+    assert retriever.retrieve("ada", searches).persona == first
+    assert retriever.retrieve("ada", [search("window seat"), search("meal")]).persona
+    assert scored == [["seat", "window seat"], ["meal"]]  # each query once
+    store.add("ada", PersonaMemory(topic="seat", preference="window seat"))
+    assert len(retriever.retrieve("ada", searches).persona) == 2  # the new memory found
+    assert scored[-1] == ["seat", "window seat"]
+    # Over the budget (a bank too large to keep scores of), every search scores anew.
+    monkeypatch.setattr("autopersona_flows.memory.index._SCORED_FLOATS", 2)
+    store.add("ada", PersonaMemory(topic="meal", preference="vegetarian"))
+    retriever.retrieve("ada", searches)
+    retriever.retrieve("ada", searches)
+    assert scored[-2:] == [["seat", "window seat"]] * 2
+
+
 def test_answers_learned_at_a_step_follow_updates_and_compaction(store: JsonlMemoryStore) -> None:
     learned = store.add(
         "ada", PersonaMemory(topic="seat", preference="aisle", contexts=["choose-seat"])
