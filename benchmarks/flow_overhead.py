@@ -552,7 +552,7 @@ def report_variants(overhead: Overhead, reps: int) -> None:
     agent_ms = median(overhead.persona, "decide") / n * 1000
     print(
         f"of the persona overhead of {total:.1f} ms/node: the agent's decide {agent_ms:.1f} ms "
-        f"(in the flow body, where it shares the GIL with the task threads), the rest "
+        f"(in the flow body, before the first node is submitted), the rest "
         f"{total - agent_ms:.1f} ms (our glue: kept steps, larger inputs and results)"
     )
 

@@ -511,6 +511,55 @@ def test_every_node_is_decided_in_the_flow_body_and_runs_as_one_task(kit) -> Non
     assert any("formal" in c.text for c in fetch.constraints)  # guidance without a requirement
 
 
+class _Journal(PersonaAgent):
+    """A PersonaAgent that notes each decision, and each read of the store, in order."""
+
+    def __init__(self, store: JsonlMemoryStore, journal: list[str]) -> None:
+        super().__init__(MemoryRetriever(store))
+        self.journal = journal
+
+    def decide(self, request: Any) -> Any:
+        self.journal.append(f"decide {request.node.id}")
+        return super().decide(request)
+
+
+def test_nodes_nobody_can_ask_about_are_decided_on_one_read_before_any_tool(
+    kit, tmp_path: Path
+) -> None:
+    journal: list[str] = []
+
+    class ReadCounting(JsonlMemoryStore):
+        def changes(self, *args: Any, **kwargs: Any) -> Any:
+            journal.append("read")
+            return super().changes(*args, **kwargs)
+
+    store = ReadCounting(tmp_path / "store")
+    store.add(USER, PersonaMemory(topic="paper tone", preference="formal, no contractions"))
+
+    def noting(ctx: Any) -> dict[str, Any]:
+        journal.append(f"tool {ctx.node.id}")
+        return kit.record(ctx)
+
+    ids = ["a", "b", "c", "d", "e"]
+    graph = TaskGraph(
+        [
+            TaskNode(id=node_id, tool=noting, depends_on=ids[:1] if node_id != "a" else [])
+            for node_id in ids
+        ]
+    )
+    result = run_for_state(kit, graph, agent=_Journal(store, journal)).result()
+
+    assert result["metrics"]["decisions"] == 5
+    decided = [entry for entry in journal if entry.startswith("decide")]
+    first_tool = next(i for i, entry in enumerate(journal) if entry.startswith("tool"))
+    assert decided == [f"decide {node_id}" for node_id in ids]
+    assert journal.index("decide e") < first_tool  # every decision before any tool
+    # One read of each bank for all five decisions, not one per search.
+    reads = journal[journal.index("decide a") : first_tool].count("read")
+    assert reads == 3
+    assert all(any("formal" in c.text for c in kit.contexts[n][0].constraints) for n in ids)
+
+
 def test_a_policy_that_does_not_promise_gets_a_kept_decide_step_for_every_node(kit) -> None:
     calls: list[str] = []
 
