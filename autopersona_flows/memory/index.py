@@ -88,8 +88,8 @@ class TimeView:
 
 
 _SCORED_FLOATS = 1 << 18
-"""Scores an index keeps of the queries it answered (1 MB): about what the vectors of
-700 memories take, and the relevance of a few hundred queries in a bank of that size."""
+"""Scores an index keeps of the queries it answered (1 MB): what the vectors of 700 to
+1,000 memories take, and the scores of a few hundred queries in a bank of that size."""
 
 
 def _contexts(content: LayerContent) -> set[str]:
@@ -292,7 +292,10 @@ class BankIndex:
             scored = self._relevance([queries[i] for i in missing], query_vectors[missing], n)
             result[missing] = scored
             if n * 2 <= _SCORED_FLOATS:
-                self._scored.update(zip([keys[i] for i in missing], scored, strict=True))
+                # Copies: a kept row must not hold the whole batch it was scored in.
+                self._scored.update(
+                    (keys[i], row.copy()) for i, row in zip(missing, scored, strict=True)
+                )
                 while len(self._scored) * n > _SCORED_FLOATS:
                     self._scored.popitem(last=False)
         if time is not None:
