@@ -228,12 +228,16 @@ class NodeSteps:
         return decision_json(self.runtime.agent.decide(request))
 
     def check(self, inputs: dict[str, Any]) -> Any:
-        """The check step's work: decide each request in ``inputs`` (see `early`)."""
+        """The check step's work: decide each request in ``inputs`` (see `early`).
+
+        All on one state of memory, each bank read once for them all.
+        """
         decisions = []
-        for request in inputs["requests"]:
-            self.counter.add("decisions")
-            decision = self.runtime.agent.decide(PersonaRequest.model_validate(request))
-            decisions.append(decision_json(decision))
+        with self.runtime.agent.retriever.reading():
+            for request in inputs["requests"]:
+                self.counter.add("decisions")
+                decision = self.runtime.agent.decide(PersonaRequest.model_validate(request))
+                decisions.append(decision_json(decision))
         return decisions
 
     def check_requirements(self, requests: list[PersonaRequest]) -> list[Any]:

@@ -11,8 +11,9 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
@@ -211,7 +212,7 @@ class MemoryRetriever:
         )
         self._lock = threading.Lock()
         self._queries: OrderedDict[str, np.ndarray] = OrderedDict()
-        self._reads = threading.local()  # the banks this thread's `reading` block checked
+        self._reads = threading.local()  # `.block`: this thread's `reading` block, if any
 
     def __repr__(self) -> str:
         return f"MemoryRetriever({self.store!r}, {self.embedder!r})"
@@ -279,17 +280,34 @@ class MemoryRetriever:
             mine = [search for search in searches if search.layer == layer]
             queries = list(dict.fromkeys(search.query for search in mine))
             taken: dict[str | None, set[str]] = {}
+            block: _Block | None = getattr(self._reads, "block", None)
             with self._index(user_id, layer, None if include_past else as_of) as index:
                 scores = index.scores_many(queries, embedded[[row[q] for q in queries]], time)
                 for search in mine:
-                    found[layer] += self._top(
-                        index,
-                        search,
-                        scores=scores[queries.index(search.query)],
-                        top_k=search.top_k or top_k,
-                        min_similarity=min_similarity,
-                        taken=taken.setdefault(search.label if distinct_per_label else None, set()),
+                    held = taken.setdefault(search.label if distinct_per_label else None, set())
+                    # A search that nothing before it in the call constrains finds,
+                    # within a block, what it found before: the nodes of a run search
+                    # its request alike.
+                    key = (
+                        (user_id, index.cursor, search, top_k, min_similarity, as_of, include_past)
+                        if block is not None and not held and recency_half_life is None
+                        else None
                     )
+                    top = block.found.get(key) if block is not None and key else None
+                    if top is None:
+                        top = self._top(
+                            index,
+                            search,
+                            scores=scores[queries.index(search.query)],
+                            top_k=search.top_k or top_k,
+                            min_similarity=min_similarity,
+                            taken=held,
+                        )
+                        if block is not None and key:
+                            block.found[key] = top
+                    else:
+                        held.update(scored.record.id for scored in top)
+                    found[layer] += top
             found[layer].sort(key=lambda scored: -scored.score)
         return MemoryBundle.model_construct(None, **found)
 
@@ -310,19 +328,22 @@ class MemoryRetriever:
 
         Every search, lookup and exact find in the block is then answered from one
         state of each bank, checked against the store once (a ``stat`` of a JSONL
-        file, a round trip to PostgreSQL) instead of once per call. A decision reads
-        this way: its searches see one bank, and a decision in a busy flow is not
-        slowed by system calls, each of which gives up the GIL. Blocks nest; a write
-        by this thread inside one is not seen until the block ends.
+        file, a round trip to PostgreSQL) instead of once per call, and a search made
+        again (the first of its label in its layer, with the same arguments) finds
+        what it found before without ranking the bank again. A decision reads this
+        way, and so do the decisions of a graph's nodes, which search its request
+        alike: they see one bank, and are not slowed by system calls, each of which
+        gives up the GIL. Blocks nest; a write by this thread inside one is not seen
+        until the block ends.
         """
-        outer = getattr(self._reads, "checked", None)
+        outer = getattr(self._reads, "block", None)
         if outer is None:
-            self._reads.checked = set()
+            self._reads.block = _Block()
         try:
             yield
         finally:
             if outer is None:
-                self._reads.checked = None
+                self._reads.block = None
 
     def _query_vectors(self, texts: list[str]) -> np.ndarray:
         """Embed query texts, each once per process: a node's searches repeat every run."""
@@ -440,7 +461,8 @@ class MemoryRetriever:
                     self._indexes.popitem(last=False)
             else:
                 self._indexes.move_to_end(key)
-        checked: set[tuple[str, str]] | None = getattr(self._reads, "checked", None)
+        block: _Block | None = getattr(self._reads, "block", None)
+        checked = None if block is None else block.checked
         return _HeldIndex(self.store, user_id, layer, *entry, checked=checked)
 
     def _as_of(self, user_id: str, layer: MemoryLayer, as_of: datetime) -> BankIndex:
@@ -459,6 +481,14 @@ class MemoryRetriever:
         index = BankIndex(self.embedder, self.scoring)
         index.apply(ChangeSet(cursor="as-of", full=True, records=list(records.values())))
         return index
+
+
+@dataclass
+class _Block:
+    """What a thread's `MemoryRetriever.reading` block has read so far."""
+
+    checked: set[tuple[str, str]] = field(default_factory=set)  # banks brought up to date
+    found: dict[Hashable, list[ScoredMemory]] = field(default_factory=dict)  # by search
 
 
 class _HeldIndex:

@@ -392,6 +392,39 @@ def test_a_reading_block_checks_each_bank_once_and_sees_writes_after_it(
     assert len(reads) == 4
 
 
+def test_a_search_repeated_in_a_reading_block_finds_what_it_found_without_searching(
+    store: JsonlMemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for topic, preference in [("seat", "aisle"), ("seat", "window"), ("meal", "veg")]:
+        store.add("ada", PersonaMemory(topic=topic, preference=preference))
+    retriever = MemoryRetriever(store)
+    ranked: list[str] = []
+    top = MemoryRetriever._top
+    monkeypatch.setattr(
+        MemoryRetriever,
+        "_top",
+        staticmethod(
+            lambda index, search, **kw: ranked.append(search.query) or top(index, search, **kw)
+        ),
+    )
+    shared = SearchRequest(layer="persona", query="seat", label="query")
+    own = [SearchRequest(layer="persona", query=q, label="node") for q in ("aisle", "meal")]
+    outside = [
+        retriever.retrieve("ada", [shared, node], top_k=1, distinct_per_label=True) for node in own
+    ]
+    ranked.clear()
+    with retriever.reading():
+        inside = [
+            retriever.retrieve("ada", [shared, node], top_k=1, distinct_per_label=True)
+            for node in own
+        ]
+        # A search after another of its label depends on what that one took: searched.
+        both = [shared, SearchRequest(layer="persona", query="seat window", label="query")]
+        retriever.retrieve("ada", both, top_k=1, distinct_per_label=True)
+    assert inside == outside  # the same memories, scores and searches
+    assert ranked == ["seat", "aisle", "meal", "seat window"]  # "seat" ranked once
+
+
 def test_a_failed_read_in_a_reading_block_is_read_again_not_taken_as_checked(
     store: JsonlMemoryStore,
 ) -> None:
