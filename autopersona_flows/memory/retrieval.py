@@ -288,12 +288,13 @@ class MemoryRetriever:
                     # A search that nothing before it in the call constrains finds,
                     # within a block, what it found before: the nodes of a run search
                     # its request alike.
+                    found_before = block.found if block is not None else None
                     key = (
                         (user_id, index.cursor, search, top_k, min_similarity, as_of, include_past)
-                        if block is not None and not held and recency_half_life is None
+                        if found_before is not None and not held and recency_half_life is None
                         else None
                     )
-                    top = block.found.get(key) if block is not None and key else None
+                    top = None if found_before is None or key is None else found_before.get(key)
                     if top is None:
                         top = self._top(
                             index,
@@ -303,8 +304,8 @@ class MemoryRetriever:
                             min_similarity=min_similarity,
                             taken=held,
                         )
-                        if block is not None and key:
-                            block.found[key] = top
+                        if found_before is not None and key is not None:
+                            found_before[key] = top
                     else:
                         held.update(scored.record.id for scored in top)
                     found[layer] += top
