@@ -160,7 +160,8 @@ def _run_graph(
     )
     kept_decisions = EpisodeDecisions(runtime.result_storage, steps.episode_id)
     kept = kept_decisions.recall(quiet)
-    here = {} if kept else _decide_here(steps, quiet)  # None where it could not be
+    # Read back on a replay; decided now (None where it could not be) otherwise.
+    decided_here = kept or _decide_here(steps, quiet)
     for node_id in graph.order:
         node = graph.nodes[node_id]
         info = NodeInfo(id=node.id, instruction=node.instruction)
@@ -172,7 +173,7 @@ def _run_graph(
         elif node_id in quiet:
             # Nobody can be asked about it: decided above, and handed to its run
             # task outside the key (as one made there).
-            decided = kept[node_id] if kept else here[node_id]
+            decided = decided_here[node_id]
         else:
             decision, answers = steps.prepare(
                 info,
@@ -209,7 +210,7 @@ def _run_graph(
         made[node_id] = None if ran_with is None else summarise(ran_with, answers)
     # The tables are known now: written while the tools run, not after them. The
     # decisions are kept whole or not at all: a replay decides anew what was not.
-    complete = {node_id: d for node_id, d in here.items() if d is not None}
+    complete = {node_id: d for node_id, d in decided_here.items() if d is not None}
     keep = not kept and len(complete) == len(quiet)
     tables = _Background(
         _after_submitting,

@@ -512,7 +512,7 @@ def test_every_node_is_decided_in_the_flow_body_and_runs_as_one_task(kit) -> Non
 
 
 class _Journal(PersonaAgent):
-    """A PersonaAgent that notes each decision, and each read of the store, in order."""
+    """A PersonaAgent that notes each decision in ``journal`` as it starts."""
 
     def __init__(self, store: JsonlMemoryStore, journal: list[str]) -> None:
         super().__init__(MemoryRetriever(store))
