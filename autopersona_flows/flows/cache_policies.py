@@ -39,7 +39,8 @@ class NodeCachePolicy(CachePolicy):
     agents) are never task inputs, so they cannot leak into a key either.
 
     The task's parameters must be ``episode_id``, ``node_id`` and ``inputs``
-    (JSON values); ``kind`` names the step.
+    (JSON values), and may be ``resolved``: more inputs, which Prefect resolves
+    (upstream results, arguments), keyed as part of ``inputs``. ``kind`` names the step.
     """
 
     kind: str = "run"
@@ -53,13 +54,17 @@ class NodeCachePolicy(CachePolicy):
     ) -> str | None:
         """Compute the key from the task's ``episode_id``, ``node_id`` and ``inputs``.
 
+        ``inputs`` with ``resolved`` merged in: the key of a run task is the same
+        whether its inputs come as one parameter (a `remote_task`'s) or as two.
+
         None (nothing cached) if the inputs are not JSON: a future among a persona
         task's arguments resolved to something else, which its run task refuses,
         naming the argument, before the function runs.
         """
         try:
-            return node_cache_key(
-                self.kind, inputs["episode_id"], inputs["node_id"], inputs["inputs"]
-            )
+            keyed = inputs["inputs"]
+            if inputs.get("resolved"):
+                keyed = keyed | inputs["resolved"]
+            return node_cache_key(self.kind, inputs["episode_id"], inputs["node_id"], keyed)
         except _json.JSONEncodeError:
             return None

@@ -252,9 +252,6 @@ class PersonaTask(Generic[P, R]):
                 in_flight=[*_SUBMITTED.of(current_flow_run_id()), *submitted],
                 element=element,
             )
-        extra: dict[str, Any] = {"arguments": arguments}
-        if element is not None:
-            extra["element"] = element
         inputs = steps.run_inputs(
             info,
             user_id=runtime.user_id,
@@ -264,12 +261,13 @@ class PersonaTask(Generic[P, R]):
             answers=answers,
             inputs={},
             tools=[],
-            **extra,
+            arguments=arguments,
+            element=element,
         )
         return {
             "episode_id": steps.episode_id,
             "node_id": self.node.id,
-            "inputs": inputs,
+            **inputs,
             **steps.bound(self.fn, self.arguments),
         }
 

@@ -185,9 +185,9 @@ class RetryUnlessOurs:
 class RunName:
     """The ``task_run_name`` of a run task: the node id, or the user's, from the arguments.
 
-    Prefect calls it with the task's parameters, whose ``inputs`` hold the function's
-    resolved ``arguments`` and, for an element of a ``.map()``, its ``element`` index
-    (named ``<node>[<index>]`` by default).
+    Prefect calls it with the task's parameters, whose ``resolved`` hold the function's
+    resolved ``arguments`` and whose ``inputs``, for an element of a ``.map()``, its
+    ``element`` index (named ``<node>[<index>]`` by default).
 
     Attributes:
         base: The default name.
@@ -200,11 +200,10 @@ class RunName:
 
     def __call__(self, parameters: dict[str, Any]) -> str:
         """The name of one run, from the task's ``parameters``."""
-        inputs = parameters.get("inputs") or {}
         if self.template is None:
-            element = inputs.get("element")
+            element = (parameters.get("inputs") or {}).get("element")
             return self.base if element is None else f"{self.base}[{element}]"
-        arguments = inputs.get("arguments") or {}
+        arguments = (parameters.get("resolved") or {}).get("arguments") or {}
         if isinstance(self.template, str):
             return self.template.format(**arguments)
         if "parameters" in inspect.signature(self.template).parameters:

@@ -124,27 +124,15 @@ def _learn(
 
 
 def _run(
-    episode_id: str,
-    node_id: str,
-    inputs: dict[str, Any],
-    steps: NodeSteps,
-    tool: _Tool,
-    *,
-    decided: FinalDecision | None = None,
+    episode_id: str, node_id: str, inputs: dict[str, Any], resolved: dict[str, Any], call: _Call
 ) -> Any:
-    return steps.run(node_id, inputs, tool, decided)
+    return call.steps.run(node_id, inputs | resolved, call.tool, call.decided)
 
 
 async def _arun(
-    episode_id: str,
-    node_id: str,
-    inputs: dict[str, Any],
-    steps: NodeSteps,
-    tool: _Tool,
-    *,
-    decided: FinalDecision | None = None,
+    episode_id: str, node_id: str, inputs: dict[str, Any], resolved: dict[str, Any], call: _Call
 ) -> Any:
-    return await steps.arun(node_id, inputs, tool, decided)
+    return await call.steps.arun(node_id, inputs | resolved, call.tool, call.decided)
 
 
 # A graph node's run task on a runner of other processes (Dask, a process pool): it
@@ -179,6 +167,19 @@ class _Tool:
 
     fn: Callable[..., Any]
     arguments: ToolArguments | None = None
+
+
+@dataclass(frozen=True)
+class _Call:
+    """A run task's parameter outside its key: whose steps, which tool, what was decided.
+
+    One parameter, quoted, so that Prefect passes it untouched (it walks every
+    parameter it is given, each on every submit and run).
+    """
+
+    steps: NodeSteps
+    tool: _Tool
+    decided: FinalDecision | None = None
 
 
 def is_async(fn: Callable[..., Any]) -> bool:
@@ -489,7 +490,7 @@ class NodeSteps:
         arguments: ToolArguments | None = None,
         decided: FinalDecision | None = None,
     ) -> dict[str, Any]:
-        """The parameters of a `run_task` besides its key: these steps, the tool, a decision.
+        """The parameter of a `run_task` besides its key: these steps, the tool, a decision.
 
         Args:
             tool: The node's tool.
@@ -498,11 +499,7 @@ class NodeSteps:
                 body (see `decide_now`): outside the key, as a decision made in the
                 run task would be.
         """
-        return {
-            "steps": quote(self),
-            "tool": quote(_Tool(tool, arguments)),
-            "decided": quote(decided),
-        }
+        return {"call": quote(_Call(self, _Tool(tool, arguments), decided))}
 
     def remote_task(
         self, node_id: str, tool: Callable[..., Any], options: PersonaTaskOptions
@@ -619,43 +616,41 @@ class NodeSteps:
         inputs: dict[str, Any],
         tools: list[str],
         tool_path: str | None = None,
-        **extra: Any,
+        arguments: dict[str, Any] | None = None,
+        element: int | None = None,
     ) -> dict[str, Any]:
-        """The run task's inputs: everything its result depends on, as JSON.
+        """The run task's keyed parameters: everything its result depends on, as JSON.
 
-        ``decision`` is ``None`` for a node decided without a step (see `bound`); ``inputs``
-        are the run results (or their futures) of the nodes it depends on. With a
-        ``tool_path``, the inputs are those of a `remote_task`: they carry it, and
-        their values are plain (Dask sends Prefect's annotations, tuples, as lists).
+        ``decision`` is ``None`` for a node decided without a step (see `bound`);
+        ``inputs`` are the run results (or their futures) of the nodes it depends on,
+        ``arguments`` a `persona_task`'s, ``element`` its index in a ``.map()``.
+
+        Returns:
+            ``inputs``, what is known now (quoted: Prefect would walk every item of it
+            on each submit and run), and ``resolved``, what Prefect resolves: the
+            upstream results (by `opaque`, unwalked) and the arguments. The key is
+            of the two together (`NodeCachePolicy`), as the run task sees them. With
+            a ``tool_path``, the parameter of a `remote_task`: one ``inputs``, which
+            carries the path, all plain (Dask sends Prefect's annotations, tuples,
+            as lists).
         """
-        if tool_path is not None:
-            return {
-                "node": _json.loads(node.model_dump_json()),
-                "user_id": user_id,
-                "query": query,
-                "requirements": [_json.loads(r.model_dump_json()) for r in requirements],
-                "decision": None if decision is None else _json.loads(decision.model_dump_json()),
-                "answers": [a.model_dump(mode="json") for a in answers],
-                "inputs": inputs,
-                "tools": tools,
-                "tool": tool_path,
-                **extra,
-            }
-        # Quoted: Prefect would otherwise walk every item of them on each call; only
-        # the upstream futures need resolving, and `opaque` resolves them unwalked.
-        return {
-            "node": quote(_json.loads(node.model_dump_json())),
+        known: dict[str, Any] = {
+            "node": _json.loads(node.model_dump_json()),
             "user_id": user_id,
             "query": query,
-            "requirements": quote([_json.loads(r.model_dump_json()) for r in requirements]),
-            "decision": quote(
-                None if decision is None else _json.loads(decision.model_dump_json())
-            ),
-            "answers": quote([a.model_dump(mode="json") for a in answers]),
-            "inputs": {name: opaque(value) for name, value in inputs.items()},
-            "tools": quote(tools),
-            **extra,
+            "requirements": [_json.loads(r.model_dump_json()) for r in requirements],
+            "decision": None if decision is None else _json.loads(decision.model_dump_json()),
+            "answers": [a.model_dump(mode="json") for a in answers],
+            "tools": tools,
         }
+        if element is not None:
+            known["element"] = element
+        if tool_path is not None:
+            return {"inputs": known | {"inputs": inputs, "tool": tool_path}}
+        resolved: dict[str, Any] = {"inputs": {name: opaque(v) for name, v in inputs.items()}}
+        if arguments is not None:
+            resolved["arguments"] = arguments
+        return {"inputs": quote(known), "resolved": resolved}
 
 
 def _retrying_outages(work: Callable[[Any], Any], inputs: Any) -> Any:

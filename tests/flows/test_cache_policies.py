@@ -7,13 +7,14 @@ import os
 import re
 import subprocess
 import sys
+from typing import Any
 
 import jsonschema
 import pytest
 from pydantic import ValidationError
 
 from autopersona_flows.agent import ClarifyDecision
-from autopersona_flows.flows.cache_policies import node_cache_key
+from autopersona_flows.flows.cache_policies import NodeCachePolicy, node_cache_key
 from autopersona_flows.flows.clarification import clarification_form, clarification_key
 
 INPUTS = {
@@ -42,6 +43,25 @@ def test_keys_differ_across_nodes_kinds_and_episodes_with_equal_inputs() -> None
     assert node_cache_key("learn", "ep-1", "draft", INPUTS) != base
     assert node_cache_key("run", "ep-2", "draft", INPUTS) != base
     assert node_cache_key("run", "ep-1", "draft", {**INPUTS, "answer": "APA"}) != base
+
+
+def test_a_run_task_is_keyed_on_its_inputs_and_what_prefect_resolved_as_one() -> None:
+    # A graph node's run task gets what is known at submit and what Prefect resolves
+    # (upstream results) as two parameters; a remote run task gets them as one. Both
+    # must give the key of the whole, or a replay would miss what an earlier run kept.
+    policy = NodeCachePolicy(kind="run")
+    known = {name: value for name, value in INPUTS.items() if name != "inputs"}
+
+    def key(**parameters: object) -> str | None:
+        no_context: Any = None  # the policy reads only the parameters
+        return policy.compute_key(
+            no_context, {"episode_id": "ep", "node_id": "draft", **parameters}, {}
+        )
+
+    whole = node_cache_key("run", "ep", "draft", INPUTS)
+    assert key(inputs=INPUTS) == whole
+    assert key(inputs=known, resolved={"inputs": INPUTS["inputs"]}) == whole
+    assert key(inputs=known, resolved={"inputs": {"fetch": {"urls": ["a"]}}}) != whole
 
 
 def test_node_ids_with_the_same_slug_still_get_different_keys() -> None:
