@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any, NamedTuple
 from uuid import UUID
@@ -147,30 +148,35 @@ class EpisodeDecisions:
     graph runs with exactly them and decides nothing; a changed graph decides anew.
     """
 
-    def __init__(self, storage: Path | WritableFileSystem | None, episode_id: str) -> None:
+    def __init__(
+        self,
+        storage: Path | WritableFileSystem | None,
+        episode_id: str,
+        requests: dict[str, PersonaRequest],
+    ) -> None:
         self._store = result_store(storage)
         self.episode_id = episode_id
+        self.requests = requests
 
-    def _key(self, requests: dict[str, PersonaRequest]) -> str:
-        inputs = {node_id: _json.loads(r.model_dump_json()) for node_id, r in requests.items()}
+    @functools.cached_property
+    def _key(self) -> str:
+        # Of every request, each with the graph's tool names: computed once a run.
+        inputs = {node_id: _json.loads(r.model_dump_json()) for node_id, r in self.requests.items()}
         return node_cache_key("decisions", self.episode_id, "graph", inputs)
 
-    def recall(self, requests: dict[str, PersonaRequest]) -> dict[str, FinalDecision] | None:
+    def recall(self) -> dict[str, FinalDecision] | None:
         """The decisions kept for exactly these requests (by node), if a run kept them."""
-        key = self._key(requests)
-        if not requests or not self._store.exists(key):
+        if not self.requests or not self._store.exists(self._key):
             return None
-        kept = self._store.read(key).result
+        kept = self._store.read(self._key).result
         return {node_id: _final(made) for node_id, made in kept.items()}
 
-    def keep(
-        self, requests: dict[str, PersonaRequest], decisions: dict[str, FinalDecision]
-    ) -> None:
-        """Keep ``decisions`` (by node) as the answers to ``requests``."""
-        if requests:
+    def keep(self, decisions: dict[str, FinalDecision]) -> None:
+        """Keep ``decisions`` (by node) as the answers to the requests."""
+        if self.requests:
             self._store.write(
                 {node_id: decision_json(decision) for node_id, decision in decisions.items()},
-                key=self._key(requests),
+                key=self._key,
             )
 
 

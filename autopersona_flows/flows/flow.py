@@ -158,8 +158,8 @@ def _run_graph(
     quiet = (
         {} if elsewhere else _quiet(graph, steps, early, user_id=user_id, query=query, tools=tools)
     )
-    kept_decisions = EpisodeDecisions(runtime.result_storage, steps.episode_id)
-    kept = kept_decisions.recall(quiet)
+    kept_decisions = EpisodeDecisions(runtime.result_storage, steps.episode_id, quiet)
+    kept = kept_decisions.recall()
     # Read back on a replay; decided now (None where it could not be) otherwise.
     decided_here = kept or _decide_here(steps, quiet)
     for node_id in graph.order:
@@ -216,7 +216,7 @@ def _run_graph(
         _after_submitting,
         made,
         steps.memory_operations,
-        (lambda: kept_decisions.keep(quiet, complete)) if keep else None,
+        (lambda: kept_decisions.keep(complete)) if keep else None,
     )
     wait(list(futures.values()))
     results = {node_id: _result(future) for node_id, future in futures.items()}
