@@ -35,7 +35,10 @@ times come in steps of about one second after the run starts (PREFECT_NOTES §6;
 ``prefect.flow_engine._send_heartbeats``). The flow-body ratio is continuous and
 the stricter of the two, since the per-run constant is left out of both sides.
 The per-node overhead, (persona - bare) / nodes, is printed in milliseconds,
-beside the time spent inside ``PersonaAgent.decide`` and inside the tools.
+beside the time spent inside ``PersonaAgent.decide`` and inside the tools, and
+split by the tools' span (the first tool's start to the last tool's end): what
+the nodes themselves add, against what comes before the first tool (the
+decisions made up front) and after the last (reading the results).
 
 When the bar is missed (or with ``--profile``) the overhead is broken down:
 
@@ -191,7 +194,11 @@ BACKOFFS = BackoffCounter()
 
 
 class Recorder:
-    """Counts tool executions per node, and which ran after the person answered."""
+    """Counts tool executions per node, and which ran after the person answered.
+
+    It also notes when the first tool started and the last one ended: their span
+    is the part of a run that only the nodes' own cost stretches.
+    """
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -199,6 +206,8 @@ class Recorder:
         self.after_answer: Counter[str] = Counter()
         self.answered = threading.Event()
         self.tool_seconds = 0.0
+        self.first_start = float("inf")
+        self.last_end = float("-inf")
 
     def reset(self) -> None:
         with self.lock:
@@ -206,13 +215,23 @@ class Recorder:
             self.after_answer.clear()
             self.answered.clear()
             self.tool_seconds = 0.0
+            self.first_start, self.last_end = float("inf"), float("-inf")
 
-    def record(self, node_id: str, seconds: float) -> None:
+    def record(self, node_id: str, started: float) -> None:
+        """Note a tool execution of ``node_id`` that started at ``started`` and ends now."""
+        ended = time.perf_counter()
         with self.lock:
             self.executions[node_id] += 1
             if self.answered.is_set():
                 self.after_answer[node_id] += 1
-            self.tool_seconds += seconds
+            self.tool_seconds += ended - started
+            self.first_start = min(self.first_start, started)
+            self.last_end = max(self.last_end, ended)
+
+    @property
+    def span(self) -> float:
+        """Seconds from the first tool's start to the last tool's end."""
+        return max(0.0, self.last_end - self.first_start)
 
 
 RECORDER = Recorder()
@@ -237,7 +256,7 @@ def chain_tool(context: NodeContext) -> dict[str, int]:
     started = time.perf_counter()
     upstream = next(iter(context.inputs.values()), None)
     output = compute(int(context.node.id[1:]), upstream["value"] if upstream else 0)
-    RECORDER.record(context.node.id, time.perf_counter() - started)
+    RECORDER.record(context.node.id, started)
     return output
 
 
@@ -272,7 +291,7 @@ def bare_step(episode_id: str, node_id: str, inputs: dict[str, Any]) -> dict[str
     started = time.perf_counter()
     upstream = inputs["upstream"]
     output = compute(inputs["index"], upstream["value"] if upstream else 0)
-    RECORDER.record(node_id, time.perf_counter() - started)
+    RECORDER.record(node_id, started)
     return output
 
 
@@ -386,6 +405,7 @@ class Sample:
     tools: float = 0.0
     backoffs: int = 0
     backoff_seconds: float = 0.0
+    span: float = 0.0  # the first tool's start to the last tool's end
 
 
 def median(samples: list[Sample], what: str) -> float:
@@ -433,6 +453,7 @@ def persona_run(agent: TimedAgent, graph: TaskGraph, storage: Path) -> Sample:
         RECORDER.tool_seconds,
         BACKOFFS.count,
         BACKOFFS.seconds,
+        RECORDER.span,
     )
 
 
@@ -449,7 +470,13 @@ def bare_run(nodes: int, storage: Path, variant: str = "bare") -> Sample:
         raise RuntimeError(f"{variant} run: unexpected executions {dict(RECORDER.executions)}")
     decide = (agent.decide_seconds if agent else 0.0) - decide_before
     return Sample(
-        wall, result["seconds"], decide, RECORDER.tool_seconds, BACKOFFS.count, BACKOFFS.seconds
+        wall,
+        result["seconds"],
+        decide,
+        RECORDER.tool_seconds,
+        BACKOFFS.count,
+        BACKOFFS.seconds,
+        RECORDER.span,
     )
 
 
@@ -517,6 +544,13 @@ def report_overhead(overhead: Overhead, reps: int) -> bool:
         f"{(p_wall - b_wall) / n * 1000:.1f} ms end to end; of it PersonaAgent.decide "
         f"{median(overhead.persona, 'decide') / n * 1000:.2f} ms/node (the tool itself: "
         f"{median(overhead.persona, 'tools') / n * 1000:.3f} ms/node)"
+    )
+    p_span, b_span = median(overhead.persona, "span"), median(overhead.bare, "span")
+    print(
+        f"where in the body: the tools' span (first tool's start to last tool's end) "
+        f"{p_span:.2f} s against {b_span:.2f} s ({(p_span - b_span) / n * 1000:+.1f} ms/node); "
+        f"before the first tool and after the last {(p_body - p_span) * 1000:.0f} ms against "
+        f"{(b_body - b_span) * 1000:.0f} ms"
     )
     print(
         f"end-to-end ratio (informative: sync flows end on whole-second heartbeat steps, and "
