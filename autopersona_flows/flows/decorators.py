@@ -252,7 +252,7 @@ class PersonaTask(Generic[P, R]):
                 in_flight=[*_SUBMITTED.of(current_flow_run_id()), *submitted],
                 element=element,
             )
-        inputs = steps.run_inputs(
+        keyed = steps.run_parameters(
             info,
             user_id=runtime.user_id,
             query=runtime.query,
@@ -267,7 +267,7 @@ class PersonaTask(Generic[P, R]):
         return {
             "episode_id": steps.episode_id,
             "node_id": self.node.id,
-            **inputs,
+            **keyed,
             **steps.bound(self.fn, self.arguments),
         }
 

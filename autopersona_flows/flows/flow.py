@@ -193,7 +193,7 @@ def _run_graph(
         futures[node_id] = run.submit(
             episode_id=steps.episode_id,
             node_id=node.id,
-            **steps.run_inputs(
+            **steps.run_parameters(
                 info,
                 user_id=user_id,
                 query=query,

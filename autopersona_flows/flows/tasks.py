@@ -605,7 +605,7 @@ class NodeSteps:
         return _graph_result(node_id, decision, context, output)
 
     @staticmethod
-    def run_inputs(
+    def run_parameters(
         node: NodeInfo,
         *,
         user_id: str,
