@@ -276,11 +276,12 @@ class MemoryRetriever:
         embedded = self._query_vectors(texts)
         row = {text: i for i, text in enumerate(texts)}
         found: dict[str, list[ScoredMemory]] = {layer: [] for layer in LAYERS}
+        block: _Block | None = getattr(self._reads, "block", None)
+        found_before = block.found if block is not None else None
         for layer in dict.fromkeys(search.layer for search in searches):
             mine = [search for search in searches if search.layer == layer]
             queries = list(dict.fromkeys(search.query for search in mine))
             taken: dict[str | None, set[str]] = {}
-            block: _Block | None = getattr(self._reads, "block", None)
             with self._index(user_id, layer, None if include_past else as_of) as index:
                 scores = index.scores_many(queries, embedded[[row[q] for q in queries]], time)
                 for search in mine:
@@ -288,7 +289,6 @@ class MemoryRetriever:
                     # A search that nothing before it in the call constrains finds,
                     # within a block, what it found before: the nodes of a run search
                     # its request alike.
-                    found_before = block.found if block is not None else None
                     key = (
                         (user_id, index.cursor, search, top_k, min_similarity, as_of, include_past)
                         if found_before is not None and not held and recency_half_life is None
