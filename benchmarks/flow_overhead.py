@@ -464,11 +464,31 @@ class Overhead:
         return median(self.persona, "body") / median(self.bare, "body")
 
 
-def persona_run(agent: TimedAgent, graph: TaskGraph, storage: Path) -> Sample:
-    """One persona run of ``graph`` on a new episode; checks every tool ran once."""
+def _reset() -> None:
+    """Reset what a run records: its tools, the client's back-offs, full collections."""
     RECORDER.reset()
     BACKOFFS.reset()
     FULL_GCS.reset()
+
+
+def _sample(wall: float, body: float, decide: float) -> Sample:
+    """A run's sample: its times, and what the recorders noted since `_reset`."""
+    return Sample(
+        wall,
+        body,
+        decide,
+        RECORDER.tool_seconds,
+        BACKOFFS.count,
+        BACKOFFS.seconds,
+        RECORDER.span,
+        FULL_GCS.count,
+        FULL_GCS.seconds,
+    )
+
+
+def persona_run(agent: TimedAgent, graph: TaskGraph, storage: Path) -> Sample:
+    """One persona run of ``graph`` on a new episode; checks every tool ran once."""
+    _reset()
     agent.decide_seconds, agent.decide_calls = 0.0, 0
     started = time.perf_counter()
     result = run_persona_graph(
@@ -487,24 +507,12 @@ def persona_run(agent: TimedAgent, graph: TaskGraph, storage: Path) -> Sample:
         raise RuntimeError(f"persona run: unexpected executions {dict(RECORDER.executions)}")
     if metrics["clarifications"]:
         raise RuntimeError("persona run: the agent asked a question; the memory seed is off")
-    return Sample(
-        wall,
-        metrics["seconds"],
-        agent.decide_seconds,
-        RECORDER.tool_seconds,
-        BACKOFFS.count,
-        BACKOFFS.seconds,
-        RECORDER.span,
-        FULL_GCS.count,
-        FULL_GCS.seconds,
-    )
+    return _sample(wall, metrics["seconds"], agent.decide_seconds)
 
 
 def bare_run(nodes: int, storage: Path, variant: str = "bare") -> Sample:
     """One run of the bare chain (or a variant); checks every node ran once."""
-    RECORDER.reset()
-    BACKOFFS.reset()
-    FULL_GCS.reset()
+    _reset()
     agent = LIVE.get("agent")
     decide_before = agent.decide_seconds if agent else 0.0
     started = time.perf_counter()
@@ -513,17 +521,7 @@ def bare_run(nodes: int, storage: Path, variant: str = "bare") -> Sample:
     if sum(RECORDER.executions.values()) != nodes or len(result["outputs"]) != nodes:
         raise RuntimeError(f"{variant} run: unexpected executions {dict(RECORDER.executions)}")
     decide = (agent.decide_seconds if agent else 0.0) - decide_before
-    return Sample(
-        wall,
-        result["seconds"],
-        decide,
-        RECORDER.tool_seconds,
-        BACKOFFS.count,
-        BACKOFFS.seconds,
-        RECORDER.span,
-        FULL_GCS.count,
-        FULL_GCS.seconds,
-    )
+    return _sample(wall, result["seconds"], decide)
 
 
 def measure_overhead(agent: TimedAgent, nodes: int, reps: int, storage: Path) -> Overhead:
