@@ -11,9 +11,18 @@ from typing import Any
 
 import orjson
 
-__all__ = ["JSONDecodeError", "JSONEncodeError", "canonical", "digest", "dumps", "loads"]
+__all__ = [
+    "Fragment",
+    "JSONDecodeError",
+    "JSONEncodeError",
+    "canonical",
+    "digest",
+    "dumps",
+    "loads",
+]
 
 loads = orjson.loads
+Fragment = orjson.Fragment  # JSON already dumped, written as it is inside a value
 JSONDecodeError = orjson.JSONDecodeError
 JSONEncodeError = orjson.JSONEncodeError
 

@@ -6,6 +6,10 @@ requirement its nodes declare (``ask="early"``, the default) is checked against
 memory, and each one memory cannot answer is asked, once however many nodes need
 it. The nodes then decide with the answers in memory, and with the questions
 answered in their inputs, so a replay rebuilds exactly the same steps.
+
+The same check decides every node whose requirements are all checked early: when
+memory holds them, that is the node's decision, and the node needs no decide step
+of its own once its tools start to compete for the process.
 """
 
 from __future__ import annotations
@@ -28,6 +32,22 @@ from autopersona_flows.flows.tasks import NodeSteps
 __all__ = ["Early", "ask_early", "early_requirements"]
 
 
+def _early(requirement: Requirement) -> bool:
+    return requirement.required and requirement.ask == "early"
+
+
+def _request(
+    node: TaskNode, requirements: list[Requirement], user_id: str, query: str, tools: list[str]
+) -> PersonaRequest:
+    return PersonaRequest(
+        user_id=user_id,
+        query=query,
+        node=NodeInfo(id=node.id, instruction=node.instruction),
+        requirements=requirements,
+        additional_tools=tools,
+    )
+
+
 def early_requirements(graph: TaskGraph) -> list[tuple[TaskNode, Requirement]]:
     """The required requirements of ``graph`` to check before it runs, each name once.
 
@@ -40,7 +60,7 @@ def early_requirements(graph: TaskGraph) -> list[tuple[TaskNode, Requirement]]:
         node = graph.nodes[node_id]
         for requirement in node.requires:
             name = requirement.name.casefold()
-            if requirement.required and requirement.ask == "early" and name not in seen:
+            if _early(requirement) and name not in seen:
                 seen.add(name)
                 found.append((node, requirement))
     return found
@@ -51,8 +71,9 @@ class Early(NamedTuple):
 
     Attributes:
         answers: The questions of each node's requirements answered early.
-        decided: The final decisions of the nodes whose one requirement was
-            checked: their request was the node's own, so it is their decision.
+        decided: The final decisions of the nodes the check decided with their own
+            request: a node whose one requirement was checked, or whose requirements
+            are all early and none of them was asked.
     """
 
     answers: dict[str, list[AnsweredQuestion]]
@@ -67,34 +88,40 @@ def ask_early(
     One check step decides each early requirement on its own (a request naming
     only it), so the agent says for each whether memory holds it; each it asks
     about is asked now and its answer learned, in steps of the node that declares it
-    first. Nothing is asked if memory holds everything.
+    first. Nothing is asked if memory holds everything. The step also decides each
+    other node whose requirements are all early (see `Early.decided`).
     """
     checks = early_requirements(graph)
     if not checks:
         return Early({}, {})
-    requests = [
-        PersonaRequest(
-            user_id=user_id,
-            query=query,
-            node=NodeInfo(id=node.id, instruction=node.instruction),
-            requirements=[requirement],
-            additional_tools=tools,
-        )
-        for node, requirement in checks
+    # Each early requirement on its own, at the first node that declares it; then each
+    # other node whose requirements are all early, with its own request.
+    own = {node.id for node, requirement in checks if node.requires == [requirement]}
+    whole = [
+        node
+        for node in (graph.nodes[node_id] for node_id in graph.order)
+        if node.id not in own and node.requires and all(map(_early, node.requires))
     ]
-    raw = steps.check_requirements(requests)
+    requests = [_request(node, [r], user_id, query, tools) for node, r in checks]
+    requests += [_request(node, node.requires, user_id, query, tools) for node in whole]
+    made = [parse_decision(_json.dumps(raw)) for raw in steps.check_requirements(requests)]
     decided: dict[str, FinalDecision] = {}
     questions: list[tuple[str, ClarifyDecision]] = []
-    for (node, requirement), made in zip(checks, raw, strict=True):
-        decision = parse_decision(_json.dumps(made))
-        if isinstance(decision, FinalDecision):
-            if node.requires == [requirement]:
-                decided[node.id] = decision
-        else:
+    for (node, requirement), decision in zip(checks, made, strict=False):
+        if isinstance(decision, ClarifyDecision):
             # The request names only this requirement: the question is about it.
             questions.append(
                 (node.id, decision.model_copy(update={"requirement": requirement.name}))
             )
+        elif node.id in own:
+            decided[node.id] = decision
+    asked = {str(decision.requirement).casefold() for _, decision in questions}
+    for node, decision in zip(whole, made[len(checks) :], strict=True):
+        # Else it decides in steps of its own, with the answers it needs.
+        if isinstance(decision, FinalDecision) and not any(
+            r.name.casefold() in asked for r in node.requires
+        ):
+            decided[node.id] = decision
     answered: dict[str, AnsweredQuestion] = {}  # by requirement name, casefolded
     if questions:
         given = steps.answers(questions, user_id, [], where="start")

@@ -174,8 +174,14 @@ class EpisodeDecisions:
     def keep(self, decisions: dict[str, FinalDecision]) -> None:
         """Keep ``decisions`` (by node) as the answers to the requests."""
         if self.requests:
+            # Each decision's JSON as it is dumped, never as a tree of dicts and lists:
+            # written while the tools run, a tree per node would be thousands of
+            # objects for the garbage collector to count and traverse meanwhile.
             self._store.write(
-                {node_id: decision_json(decision) for node_id, decision in decisions.items()},
+                {
+                    node_id: _json.Fragment(decision.model_dump_json(exclude=_EMBEDDINGS))
+                    for node_id, decision in decisions.items()
+                },
                 key=self._key,
             )
 
@@ -188,10 +194,16 @@ def _final(raw: Any) -> FinalDecision:
 
 
 def result_store(storage: Path | WritableFileSystem | None) -> ResultStore:
-    """The result store of persona steps kept in ``storage`` (Prefect's default if None)."""
+    """The result store of persona steps kept in ``storage`` (Prefect's default if None).
+
+    It keeps nothing in memory: a run reads back none of what it writes (a replay is
+    a run of its own), and every record held until the run ends would be one more
+    object for the garbage collector to traverse.
+    """
     if isinstance(storage, Path):
         storage = LocalFileSystem(basepath=str(storage))
     return ResultStore(
         result_storage=storage or blocking(get_default_result_storage)(),
         serializer=OrjsonSerializer(),
+        cache_result_in_memory=False,
     )

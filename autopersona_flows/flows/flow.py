@@ -152,19 +152,24 @@ def _run_graph(
     counter = StepCounter()
     steps = NodeSteps(runtime, episode_of(runtime, episode_id), counter)
     tools = list(graph.order)
+    infos = {
+        node_id: NodeInfo(id=node_id, instruction=n.instruction)
+        for node_id, n in graph.nodes.items()
+    }
     futures: dict[str, PrefectFuture[Any]] = {}
     made: dict[str, dict[str, Any] | None] = {}
     early = ask_early(steps, graph, user_id=user_id, query=query, tools=tools)
     quiet = (
-        {} if elsewhere else _quiet(graph, steps, early, user_id=user_id, query=query, tools=tools)
+        {}
+        if elsewhere
+        else _quiet(graph, infos, steps, early, user_id=user_id, query=query, tools=tools)
     )
     kept_decisions = EpisodeDecisions(runtime.result_storage, steps.episode_id, quiet)
     kept = kept_decisions.recall()
     # Read back on a replay; decided now (None where it could not be) otherwise.
     decided_here = kept or _decide_here(steps, quiet)
     for node_id in graph.order:
-        node = graph.nodes[node_id]
-        info = NodeInfo(id=node.id, instruction=node.instruction)
+        node, info = graph.nodes[node_id], infos[node_id]
         decision: FinalDecision | ClarifyDecision | None = None
         decided: FinalDecision | None = None
         answers: list[AnsweredQuestion] = []
@@ -244,14 +249,21 @@ def _run_graph(
 
 
 def _quiet(
-    graph: TaskGraph, steps: NodeSteps, early: Early, *, user_id: str, query: str, tools: list[str]
+    graph: TaskGraph,
+    infos: dict[str, NodeInfo],
+    steps: NodeSteps,
+    early: Early,
+    *,
+    user_id: str,
+    query: str,
+    tools: list[str],
 ) -> dict[str, PersonaRequest]:
     """The requests of the nodes nobody can be asked about, by node: decided in the body."""
     return {
         node_id: PersonaRequest(
             user_id=user_id,
             query=query,
-            node=NodeInfo(id=node.id, instruction=node.instruction),
+            node=infos[node_id],
             requirements=node.requires,
             additional_tools=tools,
         )

@@ -154,7 +154,7 @@ def _elsewhere(node_id: str, inputs: dict[str, Any], tool: Callable[..., Any]) -
     return _graph_result(node_id, decision, context, output)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Tool:
     """A node's function, as its run task calls it.
 
@@ -169,7 +169,7 @@ class _Tool:
     arguments: ToolArguments | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Call:
     """A run task's parameter outside its key: whose steps, which tool, what was decided.
 

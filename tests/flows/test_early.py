@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from typing import Any
 
 import pytest
 from prefect.flow_runs import resume_flow_run
 
-from autopersona_flows.agent import Requirement
+from autopersona_flows.agent import PersonaAgent, Requirement
 from autopersona_flows.flows import (
     PendingClarification,
     TaskGraph,
@@ -18,7 +19,7 @@ from autopersona_flows.flows import (
     run_persona_graph,
 )
 from autopersona_flows.flows.early import early_requirements
-from autopersona_flows.memory import PersonaMemory
+from autopersona_flows.memory import MemoryRetriever, PersonaMemory
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -182,3 +183,53 @@ def test_an_answer_in_other_words_than_the_options_is_taken_where_the_requiremen
     assert kit.contexts["cite"][0].requirement("citation style").value == "Harvard"
     [learned] = kit.store.list(USER, "persona")
     assert (learned.content.topic, learned.content.preference) == ("citation style", "Harvard")
+
+
+class NotingAgent(PersonaAgent):
+    """A PersonaAgent that notes, for each node it decides, which tools had run by then."""
+
+    def __init__(self, retriever: MemoryRetriever, calls: Counter[str]) -> None:
+        super().__init__(retriever)
+        self.calls = calls
+        self.noted: list[tuple[str, int]] = []
+
+    def decide(self, request: Any) -> Any:
+        self.noted.append((request.node.id, sum(self.calls.values())))
+        return super().decide(request)
+
+
+def test_nodes_whose_early_requirements_memory_holds_are_decided_before_any_tool(kit) -> None:
+    kit.store.add(USER, PersonaMemory(topic="citation style", preference="APA"))
+    kit.store.add(USER, PersonaMemory(topic="sharing channel", preference="the team channel"))
+    kit.store.add(USER, PersonaMemory(topic="reviewer", preference="Bo"))
+    agent = NotingAgent(MemoryRetriever(kit.store), kit.calls)
+    graph = TaskGraph(
+        [
+            TaskNode(id="fetch", tool=kit.record),
+            TaskNode(id="draft", tool=kit.record, depends_on=["fetch"], requires=[CITATION]),
+            TaskNode(
+                id="cite", tool=kit.record, depends_on=["draft"], requires=[CITATION, CHANNEL]
+            ),
+            TaskNode(id="share", tool=kit.record, depends_on=["cite"], requires=[CHANNEL]),
+            TaskNode(id="review", tool=kit.record, depends_on=["share"], requires=[REVIEWER]),
+        ]
+    )
+    result = run_persona_graph(graph, USER, QUERY, agent=agent, episode_id="held", **FAST)
+
+    # The early check decides every node whose requirements are all early, in its one
+    # step: before the flow body decides the others ('fetch' first), each once.
+    order = [node for node, _ in agent.noted]
+    assert order[:2] == ["draft", "cite"]  # each early requirement, at its first node
+    assert sorted(order[2:4]) == ["cite", "share"]  # each such node, with its own request
+    assert order[4:] == ["fetch", "review"]
+    assert all(ran == 0 for _, ran in agent.noted[:4])
+    assert result["metrics"]["clarifications"] == 0
+    assert kit.contexts["cite"][0].requirement("citation style").value == "APA"
+    assert kit.contexts["cite"][0].requirement("sharing channel").source == "memory"
+    assert kit.contexts["share"][0].requirement("sharing channel").source == "memory"
+
+    # A replay decides none of them again.
+    agent.noted.clear()
+    replay = run_persona_graph(graph, USER, QUERY, agent=agent, episode_id="held", **FAST)
+    assert agent.noted == []
+    assert replay["metrics"]["tool_executions"] == 0
