@@ -72,8 +72,9 @@ class Early(NamedTuple):
     Attributes:
         answers: The questions of each node's requirements answered early.
         decided: The final decisions of the nodes the check decided with their own
-            request: a node whose one requirement was checked, or whose requirements
-            are all early and none of them was asked.
+            request (a node whose one requirement was checked, or whose requirements
+            are all early), if nothing was asked: an answer learned early may
+            change what any node is told.
     """
 
     answers: dict[str, list[AnsweredQuestion]]
@@ -105,23 +106,22 @@ def ask_early(
     requests = [_request(node, [r], user_id, query, tools) for node, r in checks]
     requests += [_request(node, node.requires, user_id, query, tools) for node in whole]
     made = [parse_decision(_json.dumps(raw)) for raw in steps.check_requirements(requests)]
-    decided: dict[str, FinalDecision] = {}
-    questions: list[tuple[str, ClarifyDecision]] = []
-    for (node, requirement), decision in zip(checks, made, strict=False):
-        if isinstance(decision, ClarifyDecision):
-            # The request names only this requirement: the question is about it.
-            questions.append(
-                (node.id, decision.model_copy(update={"requirement": requirement.name}))
-            )
-        elif node.id in own:
-            decided[node.id] = decision
-    asked = {str(decision.requirement).casefold() for _, decision in questions}
-    for node, decision in zip(whole, made[len(checks) :], strict=True):
-        # Else it decides in steps of its own, with the answers it needs.
-        if isinstance(decision, FinalDecision) and not any(
-            r.name.casefold() in asked for r in node.requires
-        ):
-            decided[node.id] = decision
+    checked, rest = made[: len(checks)], made[len(checks) :]
+    questions = [
+        # The request names only this requirement: the question is about it.
+        (node.id, decision.model_copy(update={"requirement": requirement.name}))
+        for (node, requirement), decision in zip(checks, checked, strict=True)
+        if isinstance(decision, ClarifyDecision)
+    ]
+    # The decisions of the nodes' own requests are theirs if nothing was asked: an
+    # answer learned now may change what any node is told.
+    theirs = [(node, d) for (node, _), d in zip(checks, checked, strict=True) if node.id in own]
+    theirs += zip(whole, rest, strict=True)
+    decided = {
+        node.id: decision
+        for node, decision in theirs
+        if isinstance(decision, FinalDecision) and not questions
+    }
     answered: dict[str, AnsweredQuestion] = {}  # by requirement name, casefolded
     if questions:
         given = steps.answers(questions, user_id, [], where="start")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import Counter
 from typing import Any
 
 import pytest
@@ -186,15 +185,17 @@ def test_an_answer_in_other_words_than_the_options_is_taken_where_the_requiremen
 
 
 class NotingAgent(PersonaAgent):
-    """A PersonaAgent that notes, for each node it decides, which tools had run by then."""
+    """A PersonaAgent that notes, for each node it decides, how many tools had run
+    by then and how many persona memories the person had."""
 
-    def __init__(self, retriever: MemoryRetriever, calls: Counter[str]) -> None:
-        super().__init__(retriever)
-        self.calls = calls
-        self.noted: list[tuple[str, int]] = []
+    def __init__(self, kit: Any) -> None:
+        super().__init__(MemoryRetriever(kit.store))
+        self.kit = kit
+        self.noted: list[tuple[str, int, int]] = []
 
     def decide(self, request: Any) -> Any:
-        self.noted.append((request.node.id, sum(self.calls.values())))
+        persona = len(self.kit.store.list(request.user_id, "persona"))
+        self.noted.append((request.node.id, sum(self.kit.calls.values()), persona))
         return super().decide(request)
 
 
@@ -202,7 +203,7 @@ def test_nodes_whose_early_requirements_memory_holds_are_decided_before_any_tool
     kit.store.add(USER, PersonaMemory(topic="citation style", preference="APA"))
     kit.store.add(USER, PersonaMemory(topic="sharing channel", preference="the team channel"))
     kit.store.add(USER, PersonaMemory(topic="reviewer", preference="Bo"))
-    agent = NotingAgent(MemoryRetriever(kit.store), kit.calls)
+    agent = NotingAgent(kit)
     graph = TaskGraph(
         [
             TaskNode(id="fetch", tool=kit.record),
@@ -218,11 +219,11 @@ def test_nodes_whose_early_requirements_memory_holds_are_decided_before_any_tool
 
     # The early check decides every node whose requirements are all early, in its one
     # step: before the flow body decides the others ('fetch' first), each once.
-    order = [node for node, _ in agent.noted]
+    order = [node for node, _, _ in agent.noted]
     assert order[:2] == ["draft", "cite"]  # each early requirement, at its first node
     assert sorted(order[2:4]) == ["cite", "share"]  # each such node, with its own request
     assert order[4:] == ["fetch", "review"]
-    assert all(ran == 0 for _, ran in agent.noted[:4])
+    assert all(ran == 0 for _, ran, _ in agent.noted[:4])
     assert result["metrics"]["clarifications"] == 0
     assert kit.contexts["cite"][0].requirement("citation style").value == "APA"
     assert kit.contexts["cite"][0].requirement("sharing channel").source == "memory"
@@ -233,3 +234,25 @@ def test_nodes_whose_early_requirements_memory_holds_are_decided_before_any_tool
     replay = run_persona_graph(graph, USER, QUERY, agent=agent, episode_id="held", **FAST)
     assert agent.noted == []
     assert replay["metrics"]["tool_executions"] == 0
+
+
+def test_after_an_early_answer_each_node_decides_with_it_in_memory(kit) -> None:
+    kit.store.add(USER, PersonaMemory(topic="citation style", preference="APA"))
+    agent = NotingAgent(kit)
+    graph = TaskGraph(
+        [
+            TaskNode(id="draft", tool=kit.record, requires=[CITATION]),
+            TaskNode(id="share", tool=kit.record, depends_on=["draft"], requires=[CHANNEL]),
+        ]
+    )
+    with Answering(kit) as person:
+        run_persona_graph(graph, USER, QUERY, agent=agent, episode_id="learned", **FAST)
+
+    # The check found the citation style in memory and asked for the channel. The
+    # decision 'draft' runs with is made after the answer is learned, not the check's.
+    [(asked, _)] = person.asked
+    assert "shared" in asked[0].lower()
+    last = {node: persona for node, _, persona in agent.noted}
+    assert last == {"draft": 2, "share": 2}
+    assert kit.contexts["draft"][0].requirement("citation style").source == "memory"
+    assert kit.contexts["share"][0].requirement("sharing channel").source == "answered"
