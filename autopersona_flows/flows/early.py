@@ -8,8 +8,8 @@ it. The nodes then decide with the answers in memory, and with the questions
 answered in their inputs, so a replay rebuilds exactly the same steps.
 
 The same check decides every node whose requirements are all checked early: when
-memory holds them, that is the node's decision, and the node needs no decide step
-of its own once its tools start to compete for the process.
+memory holds them all and nothing is asked, that is the node's decision, and the
+node needs no decide step of its own once the tools start to compete for the process.
 """
 
 from __future__ import annotations

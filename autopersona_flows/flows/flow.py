@@ -153,8 +153,8 @@ def _run_graph(
     steps = NodeSteps(runtime, episode_of(runtime, episode_id), counter)
     tools = list(graph.order)
     infos = {
-        node_id: NodeInfo(id=node_id, instruction=n.instruction)
-        for node_id, n in graph.nodes.items()
+        node_id: NodeInfo(id=node_id, instruction=node.instruction)
+        for node_id, node in graph.nodes.items()
     }
     futures: dict[str, PrefectFuture[Any]] = {}
     made: dict[str, dict[str, Any] | None] = {}
