@@ -217,20 +217,19 @@ def _run_graph(
     # decisions are kept whole or not at all: a replay decides anew what was not.
     complete = {node_id: d for node_id, d in decided_here.items() if d is not None}
     keep = not kept and len(complete) == len(quiet)
-    tables = _Background(
+    with _Background(
         _after_submitting,
         made,
         steps.memory_operations,
         (lambda: kept_decisions.keep(complete)) if keep else None,
-    )
-    wait(list(futures.values()))
-    results = {node_id: _result(future) for node_id, future in futures.items()}
+    ):
+        wait(list(futures.values()))
+        results = {node_id: _result(future) for node_id, future in futures.items()}
     outputs = {node_id: result["output"] for node_id, result in results.items()}
     decisions = {node_id: result["decision"] for node_id, result in results.items()}
     cached = sum(future.state.name == "Cached" for future in futures.values())
     if elsewhere:  # counted where they ran, in other processes
         counter.tool_executions = len(futures) - cached
-    tables.join()
     if decisions != made:
         # A replay's cached nodes ran with the decisions of their first run.
         _decision_table(decisions)
@@ -306,24 +305,34 @@ def _result(future: PrefectFuture[Any]) -> Any:
 
 
 class _Background:
-    """``fn(*args)`` in a thread of its own, in the caller's context (its flow run)."""
+    """``fn(*args)`` in a thread of its own, in the caller's context (its flow run).
+
+    Used as a context manager: the block runs beside it, and leaving the block waits
+    for it, whether the block failed or not, so nothing of the run is still being
+    written once the run has ended. What it raised is raised there, unless the block
+    raised: a node's failure is the run's.
+    """
 
     def __init__(self, fn: Callable[..., None], *args: Any) -> None:
         self._error: BaseException | None = None
         context = contextvars.copy_context()
-        self._thread = threading.Thread(target=context.run, args=(self._call, fn, *args))
-        self._thread.start()
+        self._thread = threading.Thread(
+            target=context.run, args=(self._call, fn, *args), name="persona-tables"
+        )
 
     def _call(self, fn: Callable[..., None], *args: Any) -> None:
         try:
             fn(*args)
-        except BaseException as exc:  # raised in the caller by `join`
+        except BaseException as exc:  # raised in the caller on leaving the block
             self._error = exc
 
-    def join(self) -> None:
-        """Wait for it; raise what it raised."""
+    def __enter__(self) -> _Background:
+        self._thread.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
         self._thread.join()
-        if self._error is not None:
+        if self._error is not None and kind is None:
             raise self._error
 
 

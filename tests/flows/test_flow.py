@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, cast
 from uuid import UUID
 
 import orjson
@@ -20,6 +21,7 @@ from prefect.client.schemas.filters import (
     FlowRunFilterId,
 )
 from prefect.client.schemas.objects import Artifact, StateType, TaskRun
+from prefect.filesystems import LocalFileSystem
 from prefect.flow_runs import resume_flow_run
 
 from autopersona_flows.agent import (
@@ -372,6 +374,45 @@ def test_a_failing_tool_fails_its_node_and_the_run(kit) -> None:
     )
     assert state_of(runs["boom"]) == StateType.FAILED
     assert state_of(runs["fetch"]) == StateType.COMPLETED
+
+
+class SlowDecisionStorage(LocalFileSystem):
+    """Local storage whose write of a run's kept decisions takes 4 s.
+
+    Longer than a sync flow takes to end (its heartbeat thread sleeps in whole seconds).
+
+    ``kept`` is set once that write is done.
+    """
+
+    _block_type_slug = "autopersona-test-slow-decision-storage"
+    _kept: ClassVar[threading.Event] = threading.Event()
+
+    def write_path(self, path: str, content: bytes, _sync: bool | None = None) -> str:
+        written = LocalFileSystem.write_path(self, path, content, _sync=True)
+        if "autopersona-decisions-" in path:
+            time.sleep(4.0)
+            self._kept.set()
+        return cast(str, written)
+
+
+def test_a_failing_node_ends_the_run_only_after_what_it_writes_beside_the_nodes(kit) -> None:
+    # The decisions of the nodes are kept (and the tables written) beside the
+    # nodes; a node that fails at once must not end the run while that is under way.
+    SlowDecisionStorage._kept.clear()
+    graph = TaskGraph([TaskNode(id="boom", tool=kit.failing)])
+
+    storage = SlowDecisionStorage(basepath=str(kit.results))
+    storage.save(
+        "slow-decisions", overwrite=True
+    )  # Prefect keeps task results only in saved blocks
+
+    state = run_for_state(kit, graph, result_storage=storage)
+
+    assert state.is_failed()
+    assert SlowDecisionStorage._kept.is_set()
+    assert "persona-tables" not in [thread.name for thread in threading.enumerate()]
+    with pytest.raises(RuntimeError, match="tool of boom exploded"):
+        state.result()
 
 
 def test_prefect_retries_a_node_that_allows_retries(kit) -> None:
