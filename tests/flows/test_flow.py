@@ -377,11 +377,9 @@ def test_a_failing_tool_fails_its_node_and_the_run(kit) -> None:
 
 
 class SlowDecisionStorage(LocalFileSystem):
-    """Local storage whose write of a run's kept decisions takes 4 s.
+    """Local storage whose write of a run's kept decisions takes 4 s, then sets `_kept`.
 
     Longer than a sync flow takes to end (its heartbeat thread sleeps in whole seconds).
-
-    ``kept`` is set once that write is done.
     """
 
     _block_type_slug = "autopersona-test-slow-decision-storage"
@@ -401,10 +399,9 @@ def test_a_failing_node_ends_the_run_only_after_what_it_writes_beside_the_nodes(
     SlowDecisionStorage._kept.clear()
     graph = TaskGraph([TaskNode(id="boom", tool=kit.failing)])
 
+    # Prefect keeps task results only in saved storage blocks.
     storage = SlowDecisionStorage(basepath=str(kit.results))
-    storage.save(
-        "slow-decisions", overwrite=True
-    )  # Prefect keeps task results only in saved blocks
+    storage.save("slow-decisions", overwrite=True)
 
     state = run_for_state(kit, graph, result_storage=storage)
 
