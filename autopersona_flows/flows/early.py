@@ -21,31 +21,18 @@ from autopersona_flows.agent.decisions import (
     ClarifyDecision,
     FinalDecision,
     NodeInfo,
-    PersonaRequest,
     Requirement,
     parse_decision,
 )
 from autopersona_flows.flows.context import AnsweredQuestion
 from autopersona_flows.flows.graph import TaskGraph, TaskNode
-from autopersona_flows.flows.tasks import NodeSteps
+from autopersona_flows.flows.tasks import NodeSteps, node_request
 
 __all__ = ["Early", "ask_early", "early_requirements"]
 
 
 def _early(requirement: Requirement) -> bool:
     return requirement.required and requirement.ask == "early"
-
-
-def _request(
-    node: TaskNode, requirements: list[Requirement], user_id: str, query: str, tools: list[str]
-) -> PersonaRequest:
-    return PersonaRequest(
-        user_id=user_id,
-        query=query,
-        node=NodeInfo(id=node.id, instruction=node.instruction),
-        requirements=requirements,
-        additional_tools=tools,
-    )
 
 
 def early_requirements(graph: TaskGraph) -> list[tuple[TaskNode, Requirement]]:
@@ -82,7 +69,13 @@ class Early(NamedTuple):
 
 
 def ask_early(
-    steps: NodeSteps, graph: TaskGraph, *, user_id: str, query: str, tools: list[str]
+    steps: NodeSteps,
+    graph: TaskGraph,
+    infos: dict[str, NodeInfo],
+    *,
+    user_id: str,
+    query: str,
+    tools: list[str],
 ) -> Early:
     """Ask what the graph needs and memory lacks, before any of its tools runs.
 
@@ -90,7 +83,8 @@ def ask_early(
     only it), so the agent says for each whether memory holds it; each it asks
     about is asked now and its answer learned, in steps of the node that declares it
     first. Nothing is asked if memory holds everything. The step also decides each
-    other node whose requirements are all early (see `Early.decided`).
+    other node whose requirements are all early (see `Early.decided`). ``infos`` are
+    the graph's nodes as the agent is told of them, by id.
     """
     checks = early_requirements(graph)
     if not checks:
@@ -103,8 +97,11 @@ def ask_early(
         for node in (graph.nodes[node_id] for node_id in graph.order)
         if node.id not in own and node.requires and all(map(_early, node.requires))
     ]
-    requests = [_request(node, [r], user_id, query, tools) for node, r in checks]
-    requests += [_request(node, node.requires, user_id, query, tools) for node in whole]
+    asked = [(node, [requirement]) for node, requirement in checks]
+    requests = [
+        node_request(infos[node.id], requirements, user_id=user_id, query=query, tools=tools)
+        for node, requirements in [*asked, *((node, node.requires) for node in whole)]
+    ]
     made = [parse_decision(_json.dumps(raw)) for raw in steps.check_requirements(requests)]
     checked, rest = made[: len(checks)], made[len(checks) :]
     questions = [
@@ -117,11 +114,11 @@ def ask_early(
     # answer learned now may change what any node is told.
     theirs = [(node, d) for (node, _), d in zip(checks, checked, strict=True) if node.id in own]
     theirs += zip(whole, rest, strict=True)
-    decided = {
-        node.id: decision
-        for node, decision in theirs
-        if isinstance(decision, FinalDecision) and not questions
-    }
+    decided = (
+        {}
+        if questions
+        else {node.id: decision for node, decision in theirs if isinstance(decision, FinalDecision)}
+    )
     answered: dict[str, AnsweredQuestion] = {}  # by requirement name, casefolded
     if questions:
         given = steps.answers(questions, user_id, [], where="start")

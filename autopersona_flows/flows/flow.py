@@ -31,7 +31,13 @@ from autopersona_flows.flows.episodes import EpisodeDecisions
 from autopersona_flows.flows.graph import GraphSpec, TaskGraph, import_path, resolve_tool
 from autopersona_flows.flows.runtime import current_runtime, persona_runtime
 from autopersona_flows.flows.settings import load_settings
-from autopersona_flows.flows.tasks import NodeSteps, StepCounter, episode_of, summarise
+from autopersona_flows.flows.tasks import (
+    NodeSteps,
+    StepCounter,
+    episode_of,
+    node_request,
+    summarise,
+)
 from autopersona_flows.memory.users import check_user_id
 
 __all__ = [
@@ -158,7 +164,7 @@ def _run_graph(
     }
     futures: dict[str, PrefectFuture[Any]] = {}
     made: dict[str, dict[str, Any] | None] = {}
-    early = ask_early(steps, graph, user_id=user_id, query=query, tools=tools)
+    early = ask_early(steps, graph, infos, user_id=user_id, query=query, tools=tools)
     quiet = (
         {}
         if elsewhere
@@ -259,12 +265,8 @@ def _quiet(
 ) -> dict[str, PersonaRequest]:
     """The requests of the nodes nobody can be asked about, by node: decided in the body."""
     return {
-        node_id: PersonaRequest(
-            user_id=user_id,
-            query=query,
-            node=infos[node_id],
-            requirements=node.requires,
-            additional_tools=tools,
+        node_id: node_request(
+            infos[node_id], node.requires, user_id=user_id, query=query, tools=tools
         )
         for node_id, node in graph.nodes.items()
         if node_id not in early.decided and not steps.may_ask(node.requires)

@@ -74,7 +74,15 @@ from autopersona_flows.flows.options import (
 from autopersona_flows.flows.runtime import PersonaRuntime, current_flow_run_id
 from autopersona_flows.memory.records import JsonValue, check_json
 
-__all__ = ["NodeSteps", "StepCounter", "episode_of", "is_async", "json_inputs", "summarise"]
+__all__ = [
+    "NodeSteps",
+    "StepCounter",
+    "episode_of",
+    "is_async",
+    "json_inputs",
+    "node_request",
+    "summarise",
+]
 
 
 class StepCounter:
@@ -320,12 +328,8 @@ class NodeSteps:
                 requirements (plus one), each a new one.
         """
         request = _json.loads(
-            PersonaRequest(
-                user_id=user_id,
-                query=query,
-                node=node,
-                requirements=requirements,
-                additional_tools=tools,
+            node_request(
+                node, requirements, user_id=user_id, query=query, tools=tools
             ).model_dump_json()
         )
         if element is not None:
@@ -679,6 +683,19 @@ def _default(decision: ClarifyDecision, why: str) -> str:
     raise error(
         f"{why} and {decision.question!r} has no default to run with: declare "
         f"Requirement({decision.requirement or '...'!r}, default=...) or answer it"
+    )
+
+
+def node_request(
+    node: NodeInfo, requirements: list[Requirement], *, user_id: str, query: str, tools: list[str]
+) -> PersonaRequest:
+    """The request a graph node is decided on: the user's, at ``node``, with ``requirements``."""
+    return PersonaRequest(
+        user_id=user_id,
+        query=query,
+        node=node,
+        requirements=requirements,
+        additional_tools=tools,
     )
 
 
