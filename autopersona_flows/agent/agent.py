@@ -189,6 +189,7 @@ class PersonaAgent:
             aliases=_distinct(names, exclude=decision.requirement),
             options=list(asked.options) if asked else list(decision.options),
             contexts=_distinct([*contexts, request.query if request else ""]),
+            request=request.query.strip() if request else "",
         )
         source = Provenance.clarification(
             decision.question,
@@ -198,6 +199,39 @@ class PersonaAgent:
         result = self.updater.update(user_id, "persona", memory, provenance=source)
         self._count("learned_answers")
         return result
+
+    def correct(
+        self,
+        request: PersonaRequest,
+        requirement: str,
+        answer: str,
+        *,
+        flow_run_id: str | None = None,
+    ) -> UpdateDecision:
+        """Remember that, for ``request``, the person wants ``answer`` for ``requirement``.
+
+        What a person says after seeing the agent act on a wrong value ("no, for
+        work trips the aisle"): learned like the answer to a question asked for
+        ``request``, so it holds where that request's situation does, beside what
+        holds elsewhere, and replaces what was learned for requests like it.
+
+        Raises:
+            PolicyError: If ``request`` has no requirement of that name.
+            BlankAnswerError: If ``answer`` is empty or only whitespace.
+        """
+        asked = next((r for r in request.requirements if r.name == requirement), None)
+        if asked is None:
+            raise PolicyError(
+                f"the request has no requirement {requirement!r}; it has "
+                f"{[r.name for r in request.requirements]}"
+            )
+        question = ClarifyDecision(
+            question=f"What should {requirement!r} be? (a correction)",
+            requirement=requirement,
+            options=list(asked.options),
+            request=request,
+        )
+        return self.learn(request.user_id, question, answer, flow_run_id=flow_run_id)
 
     def _retrieve(self, request: PersonaRequest, top_k: int, min_similarity: float) -> MemoryBundle:
         """Retrieve what the planner asks for, then look two things up exactly.

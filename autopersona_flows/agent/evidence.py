@@ -35,8 +35,9 @@ from autopersona_flows.agent.decisions import (
     PersonaRequest,
     Requirement,
 )
-from autopersona_flows.agent.judges import Judge, LexicalJudge, Verdict
+from autopersona_flows.agent.judges import Judge, Verdict
 from autopersona_flows.agent.planners import LEARNED, requirement_label
+from autopersona_flows.agent.semantic import SemanticJudge
 from autopersona_flows.agent.standing import applies
 from autopersona_flows.errors import AutopersonaError, PolicyError
 from autopersona_flows.memory.phrases import clauses, content_roots, phrase, root
@@ -46,6 +47,7 @@ from autopersona_flows.memory.records import (
     TrajectoryMemory,
 )
 from autopersona_flows.memory.retrieval import MemoryBundle, ScoredMemory
+from autopersona_flows.memory.slots import same_slot
 from autopersona_flows.memory.text import memory_text, normalise
 
 __all__ = ["EvidencePolicy", "constraint_text", "statement"]
@@ -88,6 +90,7 @@ class _Answer:
     reason: str
     ceases: bool = False
     changes: bool = False
+    situation: str | None = None  # the request's situation it answers for, if specific
 
 
 class EvidencePolicy:
@@ -100,15 +103,15 @@ class EvidencePolicy:
         threshold: The strength (see `Verdict`) a memory needs to answer.
         margin: A later answer this close to the clearest one replaces it.
         max_guidance: At most this many memories beyond the requirements' evidence.
-        judge: Decides which candidates answer; `LexicalJudge` by default.
+        judge: Decides which candidates answer; `SemanticJudge` by default.
     """
 
     asks_without_requirements: ClassVar[bool] = False  # see `Policy`
 
     def __init__(
         self,
-        threshold: float = 0.5,
-        margin: float = 0.1,
+        threshold: float = 0.35,
+        margin: float = 0.25,
         max_guidance: int = 5,
         *,
         judge: Judge | None = None,
@@ -123,7 +126,7 @@ class EvidencePolicy:
         self.threshold = threshold
         self.margin = margin
         self.max_guidance = max_guidance
-        self.judge = judge if judge is not None else LexicalJudge()
+        self.judge = judge if judge is not None else SemanticJudge()
 
     def __repr__(self) -> str:
         return f"EvidencePolicy(threshold={self.threshold}, judge={self.judge!r})"
@@ -199,18 +202,24 @@ class EvidencePolicy:
         answers += [_repeated(agreeing) for agreeing in _agreeing(choices) if len(agreeing) >= 2]
         if not answers:
             return None, []
-        # The clearest answer holds, unless something said later replaces it: as
-        # clear, or announcing a change ("pescatarian now"), or a habit of past tasks.
+        found = answers
+        # What was said for the request's situation ("on work trips, the aisle")
+        # outranks what holds in general, however clearly and lately that was said.
+        answers = [answer for answer in found if answer.situation] or found
+        # The clearest answer holds, unless something said later replaces it: about
+        # as clear, on the same topic, announcing a change ("pescatarian now"), or
+        # a habit of past tasks.
         clearest = current = max(answers, key=lambda answer: (answer.strength, answer.when))
         for answer in sorted(answers, key=lambda answer: answer.when):
             if answer.when > current.when and (
                 answer.strength >= clearest.strength - self.margin
+                or _same_topic(answer, current)
                 or answer.changes
                 or answer.ceases
                 or len(answer.memories) > 1
             ):
                 current = answer
-        return (None if current.ceases else current), answers
+        return (None if current.ceases else current), found
 
     # -- clarifying and guidance ---------------------------------------------------------
 
@@ -232,6 +241,15 @@ class EvidencePolicy:
             question = f"Which {requirement.name} should I use{where}?"
             if options:
                 question += f" Options: {', '.join(options)}."
+        # Name what memory holds that came close: "I have 'Chicago', which is none of
+        # the options", "I have 'the aisle', but for work trips".
+        close = max(
+            (v for v in verdicts if not v.answers and not v.ceases and v.value and v.hint),
+            key=lambda v: v.strength,
+            default=None,
+        )
+        if close is not None:
+            question += f" I have {close.value!r}, {close.hint}."
         return ClarifyDecision(
             question=question,
             requirement=requirement.name,
@@ -290,6 +308,14 @@ def _candidates(requirement: Requirement, memories: MemoryBundle) -> list[Scored
 _SHARED = frozenset({"node", "query"})
 
 
+def _same_topic(later: _Answer, earlier: _Answer) -> bool:
+    """Whether two answers are persona memories filed under one slot ("citation style")."""
+    a, b = later.memories[0].record.content, earlier.memories[0].record.content
+    return (
+        isinstance(a, PersonaMemory) and isinstance(b, PersonaMemory) and same_slot(a.topic, b.topic)
+    )
+
+
 def _single(verdict: Verdict, memory: ScoredMemory) -> _Answer:
     return _Answer(
         strength=verdict.strength,
@@ -299,6 +325,7 @@ def _single(verdict: Verdict, memory: ScoredMemory) -> _Answer:
         reason=verdict.reason,
         ceases=verdict.ceases,
         changes=verdict.changes,
+        situation=verdict.situation,
     )
 
 

@@ -30,7 +30,7 @@ bank, so a threshold means the same in an empty bank and in a noisy one.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Annotated, Literal, Protocol, runtime_checkable
+from typing import Annotated, Literal, NamedTuple, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -42,7 +42,7 @@ from autopersona_flows.memory.records import PersonaMemory, TrajectoryMemory, Wo
 from autopersona_flows.memory.retrieval import ScoredMemory
 from autopersona_flows.memory.text import json_text, normalise
 
-__all__ = ["Judge", "LexicalJudge", "Verdict"]
+__all__ = ["Judge", "LexicalJudge", "Reading", "Verdict"]
 
 
 class Verdict(BaseModel):
@@ -58,7 +58,12 @@ class Verdict(BaseModel):
         ceases: It says the preference no longer holds, without a new value.
         changes: It says the preference changed ("now", "switched to"): it replaces
             older answers even when they match more clearly.
+        situation: The circumstance it answers for ("work trips"), when it holds in
+            a specific one and that is the request's: it outranks general answers.
         reason: Why, in a few words (shown with the constraint).
+        hint: For a memory that does not answer although it gives a value (for
+            another situation, or none of the options), why not, as a question can
+            say it: "but for work trips".
     """
 
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
@@ -70,7 +75,9 @@ class Verdict(BaseModel):
     kind: Literal["statement", "choice"] = "statement"
     ceases: bool = False
     changes: bool = False
+    situation: str | None = None
     reason: str = ""
+    hint: str = ""
 
 
 @runtime_checkable
@@ -87,6 +94,21 @@ class Judge(Protocol):
     ) -> Mapping[str, Sequence[Verdict]]:
         """Judge each requirement's candidates."""
         ...
+
+
+class Reading(NamedTuple):
+    """How `LexicalJudge` read one candidate: its verdict, and what it rests on.
+
+    Attributes:
+        verdict: The verdict.
+        relation: How the memory's topic (a persona memory's), task or key relates
+            to the requirement's name.
+        found: What its value text says about the requirement.
+    """
+
+    verdict: Verdict
+    relation: Relation
+    found: Found
 
 
 class LexicalJudge:
@@ -114,37 +136,54 @@ class LexicalJudge:
             name: [self.verdict(needs[name], memory) for memory in memories]
             for name, memories in candidates.items()
         }
-        self._learned_here(request, needs, candidates, verdicts)
+        self.learned_here(request, needs, candidates, verdicts)
         return verdicts
 
     def verdict(self, need: Need, memory: ScoredMemory) -> Verdict:
         """Judge one candidate for one requirement."""
+        return self.reading(need, memory).verdict
+
+    def reading(self, need: Need, memory: ScoredMemory, text: str | None = None) -> Reading:
+        """Judge one candidate for one requirement, with what the verdict rests on.
+
+        Args:
+            need: The requirement, read in its request.
+            memory: The candidate.
+            text: Read this as the memory's value instead of its own (a part of it
+                that holds in the request's situation); persona memories only.
+        """
         content = memory.record.content
         memory_id = memory.record.id
         if isinstance(content, PersonaMemory):
-            return self._persona(need, memory_id, content)
+            return self._persona(need, memory_id, content, text)
         if isinstance(content, TrajectoryMemory):
             return self._trajectory(need, memory_id, content)
         return self._workspace(need, memory_id, content)
 
     # -- layers ---------------------------------------------------------------------------
 
-    def _persona(self, need: Need, memory_id: str, content: PersonaMemory) -> Verdict:
+    def _persona(
+        self, need: Need, memory_id: str, content: PersonaMemory, text: str | None = None
+    ) -> Reading:
         relations = [
             self.reader.relate(need, phrase(topic)) for topic in (content.topic, *content.aliases)
         ]
         relation = max(relations, key=_RANK.__getitem__)
         if relation in ("none", "subject") and self._same_choices(need, content):
             relation = "match"
-        text = (
-            f"{content.preference}. {content.strategy}" if content.strategy else content.preference
-        )
+        if text is None:
+            text = (
+                f"{content.preference}. {content.strategy}"
+                if content.strategy
+                else content.preference
+            )
         topic = phrase(content.topic)
         found = self.reader.read(need, text, frozenset(topic.roots))
         strength, reason = reading.strength(need, relation, found, specific=topic.specific)
         if strength and relation in ("match", "partial"):
             reason = f"its topic {content.topic!r} names the requirement"
-        return _verdict(memory_id, found, strength, reason, default=content.preference)
+        verdict = _verdict(memory_id, found, strength, reason, default=content.preference)
+        return Reading(verdict, relation, found)
 
     def _same_choices(self, need: Need, content: PersonaMemory) -> bool:
         """A learned answer that was offered the same specific choices: the same need."""
@@ -152,7 +191,7 @@ class LexicalJudge:
         shared = offered & {roots for _, roots in need.options}
         return len(shared - _GENERIC_ANSWERS) >= 2
 
-    def _trajectory(self, need: Need, memory_id: str, content: TrajectoryMemory) -> Verdict:
+    def _trajectory(self, need: Need, memory_id: str, content: TrajectoryMemory) -> Reading:
         asked = content_roots(content.query)
         surface = need.name.surface
         relation: Relation = (
@@ -166,21 +205,23 @@ class LexicalJudge:
             found = self.reader.read(need, content.insight)
             strength, reason = reading.strength(need, relation, found)
             if strength:
-                return _verdict(
+                verdict = _verdict(
                     memory_id,
                     found,
                     strength,
                     f"the lesson of a past task ({content.query!r}): {reason}",
                     default=content.insight,
                 )
+                return Reading(verdict, relation, found)
         trace = ". ".join(
             part for part in (json_text(content.trace), json_text(content.outcome)) if part
         )
         found = self.reader.read(need, trace)
         value = found.option or (self._chosen(need, trace) if found.attribute else None)
         if value is None:
-            return Verdict(memory_id=memory_id, answers=False, reason="no choice of it")
-        return Verdict(
+            verdict = Verdict(memory_id=memory_id, answers=False, reason="no choice of it")
+            return Reading(verdict, relation, found)
+        verdict = Verdict(
             memory_id=memory_id,
             answers=True,
             strength=0.6,
@@ -188,6 +229,7 @@ class LexicalJudge:
             kind="choice",
             reason=f"chosen in a past task ({content.query!r})",
         )
+        return Reading(verdict, relation, found)
 
     def _chosen(self, need: Need, trace: str) -> str | None:
         """The words next to the attribute in a trace ("aisle" in "picked seat 14C (aisle)")."""
@@ -205,8 +247,12 @@ class LexicalJudge:
                     return " ".join(near)
         return None
 
-    def _workspace(self, need: Need, memory_id: str, content: WorkspaceMemory) -> Verdict:
-        best = Verdict(memory_id=memory_id, answers=False, reason="not in the workspace")
+    def _workspace(self, need: Need, memory_id: str, content: WorkspaceMemory) -> Reading:
+        best = Reading(
+            Verdict(memory_id=memory_id, answers=False, reason="not in the workspace"),
+            "none",
+            Found(),
+        )
         for key, value in _pairs({"task": content.task, "state": content.state}):
             topic = phrase(key)
             relation = self.reader.relate(need, topic)
@@ -216,19 +262,20 @@ class LexicalJudge:
             strength, reason = reading.strength(need, relation, found)
             if relation == "about" and found.kinds - {"name"}:
                 strength, reason = max(strength, 0.6), "its subject, with a value of its shape"
-            if strength > best.strength:
-                best = _verdict(
+            if strength > best.verdict.strength:
+                verdict = _verdict(
                     memory_id,
                     found,
                     strength,
                     f"the workspace's {key!r}: {reason}",
                     default=f"{key} = {value}",
                 )
+                best = Reading(verdict, relation, found)
         return best
 
     # -- learned answers ------------------------------------------------------------------
 
-    def _learned_here(
+    def learned_here(
         self,
         request: PersonaRequest,
         needs: Mapping[str, Need],

@@ -8,6 +8,7 @@ the attribute named, a value of its shape, change), and how strongly that answer
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, Protocol
@@ -73,7 +74,7 @@ class Need:
             options=tuple(
                 (option, roots)
                 for option in requirement.options
-                if (roots := content_roots(option))
+                if (roots := _option_roots(option))
             ),
             context=content_roots(" ".join(where).replace("-", " ").replace("_", " ")),
             kinds=attribute_kinds(named) | name.asks,
@@ -88,6 +89,11 @@ class Need:
     def option_roots(self) -> frozenset[str]:
         """Every root of the declared options."""
         return frozenset(word for _, roots in self.options for word in roots)
+
+
+def _option_roots(option: str) -> frozenset[str]:
+    """The roots an option is stated by: its content words and its numbers ("4 spaces")."""
+    return content_roots(option) | frozenset(re.findall(r"\d+", option))
 
 
 @dataclass(frozen=True)
@@ -260,6 +266,16 @@ class Reader:
         option = max(stated, key=lambda o: (stated[o], len(o)))
         specific = len(content_roots(option)) > 1 or any(c.isdigit() for c in option)
         return option, stated[option], specific or len(said) == 1
+
+    def rejected(self, need: Need, text: str) -> frozenset[str]:
+        """The declared options ``text`` rules out: "anything but the window", "X over Y"."""
+        out: set[str] = set()
+        for part in clauses(text):
+            for option, roots in need.options:
+                positions = part.positions(roots)
+                if positions and part.polarity(positions[0]) < 0:
+                    out.add(option)
+        return frozenset(out)
 
     def _elsewhere(
         self,

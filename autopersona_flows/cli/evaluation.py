@@ -61,7 +61,7 @@ def eval_command(
             help="JSONL memories to write into the store first; its users must have none yet.",
         ),
     ] = None,
-    embedder: Annotated[str, typer.Option("--embedder", help=EMBEDDER_HELP)] = "hashing",
+    embedder: Annotated[str, typer.Option("--embedder", help=EMBEDDER_HELP)] = "semantic",
 ) -> None:
     """Run the default agent on a benchmark.
 

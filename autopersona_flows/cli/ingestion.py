@@ -40,7 +40,7 @@ def ingest_command(
             metavar="FILE", help="One RawTaskRecord JSON object a line.", show_default=False
         ),
     ],
-    embedder: Embedder = "hashing",
+    embedder: Embedder = "semantic",
     no_promote: Annotated[
         bool,
         typer.Option(
@@ -78,7 +78,7 @@ def ingest_command(
 @app.command("reindex", rich_help_panel=PANEL)
 def reindex_command(
     store: Annotated[str, typer.Argument(metavar="STORE", help=STORE_HELP, show_default=False)],
-    embedder: Embedder = "hashing",
+    embedder: Embedder = "semantic",
     user: Annotated[
         str | None, typer.Option("--user", help="Only this user (default: every user).")
     ] = None,
@@ -97,7 +97,7 @@ def reindex_command(
 @app.command("maintain", rich_help_panel=PANEL)
 def maintain_command(
     store: Annotated[str, typer.Argument(metavar="STORE", help=STORE_HELP, show_default=False)],
-    embedder: Embedder = "hashing",
+    embedder: Embedder = "semantic",
     user: Annotated[
         str | None, typer.Option("--user", help="Only this user (default: every user).")
     ] = None,

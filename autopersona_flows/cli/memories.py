@@ -99,7 +99,7 @@ def memories_command(  # noqa: PLR0917 - a command's parameters are its command 
         ),
     ] = False,
     json: Annotated[bool, typer.Option("--json", help="Print JSON, for scripts.")] = False,
-    embedder: Embedder = "hashing",
+    embedder: Embedder = "semantic",
 ) -> None:
     """Show a user's memories: id, layer, topic or task, value, when, where it came from.
 
@@ -320,7 +320,7 @@ def edit_command(  # noqa: PLR0917 - a command's parameters are its command line
     ],
     layer: Layer = None,
     reason: Reason = "",
-    embedder: Embedder = "hashing",
+    embedder: Embedder = "semantic",
 ) -> None:
     """Correct a memory: a revision, the old version kept in its history.
 

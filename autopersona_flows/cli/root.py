@@ -33,7 +33,7 @@ __all__ = [
 
 _T = TypeVar("_T")
 
-EMBEDDER_HELP = "hashing (default), minilm, or package.module:attr"
+EMBEDDER_HELP = "semantic (default: the shipped encoder), hashing, minilm, or package.module:attr"
 STORE_HELP = "jsonl:FOLDER (or a folder) or postgresql://user:password@host:port/db"
 
 app = typer.Typer(

@@ -82,7 +82,7 @@ class AutopersonaSettings(PrefectBaseSettings):
     model_config = build_settings_config(("integrations", "autopersona"))
 
     store: SecretStr | None = None  # an address may hold a password
-    embedder: str = "hashing"
+    embedder: str = "semantic"
     policy: str = "evidence"
     llm_base_url: str | None = None
     llm_model: str | None = None

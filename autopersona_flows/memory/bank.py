@@ -22,7 +22,7 @@ from autopersona_flows.memory.corrections import (
     forget_memory,
     unbury_memory,
 )
-from autopersona_flows.memory.embedders import Embedder, HashingEmbedder
+from autopersona_flows.memory.embedders import Embedder, default_embedder
 from autopersona_flows.memory.extraction import Extractor
 from autopersona_flows.memory.ingestion import IngestionResult, ingest_task_history
 from autopersona_flows.memory.protocol import MemoryStore
@@ -58,7 +58,7 @@ class MemoryBank:
         store: A `MemoryStore`, or its address as `open_store` takes it (a folder,
             ``jsonl:FOLDER`` or ``postgresql://...``).
         embedder: Embeds memories and queries; must be what the store was written
-            with. `HashingEmbedder` by default.
+            with. the shipped `SentenceEncoder` by default.
         resolver: Decides add / update / delete / noop for `update` (and `ingest`);
             `HeuristicResolver` by default. A plain callable is adapted.
         extractor: Reads persona memories out of the tasks given to `ingest`;
@@ -78,7 +78,7 @@ class MemoryBank:
         resolver: Resolver | Callable[..., Any] | None = None,
         extractor: Extractor | None = None,
     ) -> None:
-        embedder = embedder if embedder is not None else HashingEmbedder()
+        embedder = embedder if embedder is not None else default_embedder()
         if not isinstance(embedder, Embedder):
             raise MemoryBankError(
                 f"embedder must be an Embedder (name, dim, embed), got {type(embedder).__name__}; "

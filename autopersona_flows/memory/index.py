@@ -3,11 +3,17 @@
 An index follows its bank through `MemoryStore.changes`, so after a write it
 costs the changed records, not the bank. Vectors come from the embeddings stored
 with the records; only a record stored without one is embedded here (once, and
-only in memory: ``autopersona reindex`` stores them).
+only in memory: ``autopersona reindex`` stores them), and so is one stored by
+another embedder when this one says it may (``local``, as the default
+`SentenceEncoder` does): a store written before the default embedder changed keeps
+working, a little slower to open, until reindexed. Any other embedder refuses a bank
+written by another (`EmbeddingMismatchError`): a remote one never re-embeds a bank
+behind the caller's back.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import Counter, OrderedDict
 from collections.abc import Iterable
@@ -25,19 +31,26 @@ from autopersona_flows.memory.text import memory_text, normalise, terms
 
 __all__ = ["BankIndex", "Scoring", "TimeView"]
 
+_log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class Scoring:
     """How dense and lexical evidence combine into one score in [0, 1].
 
-    ``score = dense_weight * max(cosine, 0) + (1 - dense_weight) * min(1, bm25 / bm25_ref)``,
-    where ``bm25_ref`` is what BM25 gives a memory of average length holding every
-    query term once (the sum of the terms' idf). The lexical part is thus the share
-    of the query's term weight a memory covers: a memory repeating the query scores
-    about 1, one sharing no term 0, and a threshold means the same in every bank.
+    ``score = dense_weight * dense + (1 - dense_weight) * min(1, bm25 / bm25_ref)``,
+    where ``dense = max(cosine - dense_floor, 0) / (1 - dense_floor)`` and
+    ``bm25_ref`` is what BM25 gives a memory of average length holding every query
+    term once (the sum of the terms' idf). The lexical part is thus the share of the
+    query's term weight a memory covers: a memory repeating the query scores about 1,
+    one sharing no term 0, and a threshold means the same in every bank. The dense
+    part counts only a cosine above what unrelated texts reach with the embedder (its
+    ``dense_floor``): a memory unrelated in words and in meaning scores 0, and is
+    never returned.
 
     Attributes:
         dense_weight: Weight of the embedding cosine; the rest goes to BM25.
+        dense_floor: The cosine below which texts are unrelated, for the embedder.
         k1: BM25 term-frequency saturation.
         b: BM25 length normalisation (memories are short; little is best).
     """
@@ -45,14 +58,17 @@ class Scoring:
     dense_weight: float = 0.3
     k1: float = 1.2
     b: float = 0.3
+    dense_floor: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("dense_weight", "k1", "b"):
+        for name in ("dense_weight", "k1", "b", "dense_floor"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise TypeError(f"{name} must be a number, got {value!r}")
         if not 0.0 <= self.dense_weight <= 1.0 or not 0.0 <= self.b <= 1.0 or self.k1 < 0:
             raise ValueError("dense_weight and b must lie in [0, 1] and k1 must be >= 0")
+        if not 0.0 <= self.dense_floor < 1.0:
+            raise ValueError(f"dense_floor must lie in [0, 1), got {self.dense_floor}")
 
 
 @dataclass(frozen=True)
@@ -171,11 +187,16 @@ class BankIndex:
     def _vectors_of(self, records: list[MemoryRecord]) -> np.ndarray:
         vectors = np.zeros((len(records), self.embedder.dim), dtype=np.float32)
         missing = []
+        foreign: set[str] = set()
         for i, record in enumerate(records):
             embedding = record.embedding
             if embedding is None:
                 missing.append(i)
             elif embedding.model != self.embedder.name or embedding.dim != self.embedder.dim:
+                if getattr(self.embedder, "local", False):
+                    missing.append(i)
+                    foreign.add(embedding.model)
+                    continue
                 raise EmbeddingMismatchError(
                     f"{record.layer} memory {record.id} was embedded by {embedding.model!r} "
                     f"({embedding.dim} dimensions), but this retriever uses "
@@ -184,6 +205,13 @@ class BankIndex:
                 )
             else:
                 vectors[i] = embedding.array()
+        if foreign:
+            _log.warning(
+                "memories embedded by %s are embedded again by %s in memory; store the new "
+                "vectors with `autopersona reindex STORE`",
+                ", ".join(sorted(foreign)),
+                self.embedder.name,
+            )
         if missing:
             texts = [memory_text(records[i].content) for i in missing]
             vectors[missing] = check_vectors(self.embedder, texts, self.embedder.embed(texts))
@@ -313,7 +341,8 @@ class BankIndex:
             unit = np.divide(
                 query_vectors, norms, out=np.zeros_like(query_vectors), where=norms > 0
             )
-            result += weight * np.maximum(unit @ self._vectors[:n].T, 0.0)
+            floor = self.scoring.dense_floor
+            result += (weight / (1.0 - floor)) * np.maximum(unit @ self._vectors[:n].T - floor, 0.0)
         if weight < 1:
             for i, query in enumerate(queries):
                 result[i] += (1 - weight) * self._bm25(query, n)

@@ -282,7 +282,14 @@ def _merge_pass(
         if record.id in removed:
             continue
         search = SearchRequest(layer=layer, query=memory_text(record.content))
-        found = retriever.retrieve(user_id, [search], top_k=len(records), min_similarity=threshold)
+        # Whether two memories say the same thing does not depend on when they were said.
+        found = retriever.retrieve(
+            user_id,
+            [search],
+            top_k=len(records),
+            min_similarity=threshold,
+            recency_half_life=None,
+        )
         twins = {  # exact twins first, then by score: the first is the most similar
             twin.id: twin
             for twin in [*same[content_digest(record.content)], *(s.record for s in found)]

@@ -452,15 +452,32 @@ class Clause:
         """-1 if the word at ``position`` is negated or ceased, +1 if preferred, else 0."""
         if any(i < position for i in self.negated) or self.ceasing:
             return -1
-        if "than" in self.roots[:position] or "instead" in self.roots[:position]:
+        before = self.roots[:position]
+        if "than" in before or "instead" in before:
             return -1  # "rather A than B", "A instead of B": B is what is not wanted
+        if "over" in before and any(
+            word in _PREFERENCE_CUE_ROOTS for word in before[: before.index("over")]
+        ):
+            return -1  # "prefer A over B or C": B and C are not
+        if _REJECTING_ROOTS & set(self.roots[position + 1 : position + 3]):
+            return -1  # "gluten-free", "nut allergy", "crowd avoidance"
         return 1 if self.preferring else 0
+
+
+# "Anything but X", "except X", "other than X": X is excluded, not a new clause.
+_EXCLUDING = (
+    re.compile(
+        r"\b(anything|everything|all|any\s+\w+)\s+(?:but|except(?:\s+for)?)\b", re.IGNORECASE
+    ),
+    re.compile(r"\b(?:except(?:\s+for)?|other\s+than)\b", re.IGNORECASE),
+)
 
 
 @lru_cache(maxsize=16384)
 def clauses(text: str) -> tuple[Clause, ...]:
     """Split ``text`` into clauses at punctuation and contrasts ("but", "though")."""
     result = []
+    text = _EXCLUDING[1].sub("not", _EXCLUDING[0].sub(r"\1 not", text))
     for part in _CLAUSE_BREAK.split(text):
         written = _written(part.replace("-", " ").replace("_", " "))
         tokens = [word.casefold() for word in written]
@@ -496,6 +513,11 @@ def attribute_kinds(words_of_name: frozenset[str]) -> frozenset[str]:
 
 
 _WEAK_ROOTS = frozenset(root(word) for word in _WEAK_HEADS)
+_PREFERENCE_CUE_ROOTS = frozenset(root(word) for word in _PREFERENCE_CUES)
+_REJECTING_ROOTS = frozenset(
+    root(word)
+    for word in "free avoidance allergy allergies allergic intolerance intolerant ban banned".split()
+)
 QUALIFIER_ROOTS = frozenset(root(word) for word in _QUALIFIERS)
 _KIN_ROOTS = tuple(frozenset(root(word) for word in group) for group in _KIN)
 KIN_WORDS = frozenset().union(*_KIN_ROOTS)

@@ -177,6 +177,11 @@ class PersonaMemory(_Strict):
         contexts: Where it was learned: node ids, node instructions and requests.
         sources: The ids of the memories it was drawn from, if it was consolidated
             from others (a choice repeated across past tasks).
+        request: The request it was answered for, when it was learned from a
+            question or a correction: what a person wants for one request ("the
+            client pitch in Leeds") may not be what they want for another ("a
+            weekend with the girls"), so answers for different requests are kept
+            side by side, and the one learned for the most similar request applies.
     """
 
     layer: ClassVar[MemoryLayer] = "persona"
@@ -188,6 +193,7 @@ class PersonaMemory(_Strict):
     options: _Texts = Field(default_factory=list)
     contexts: _Texts = Field(default_factory=list)
     sources: _Texts = Field(default_factory=list)
+    request: Annotated[Text, Field(exclude_if=_empty)] = ""
 
 
 LayerContent = TrajectoryMemory | WorkspaceMemory | PersonaMemory

@@ -21,13 +21,20 @@ import numpy as np
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from autopersona_flows.errors import RetrievalError
-from autopersona_flows.memory.embedders import Embedder, HashingEmbedder, check_vectors
+from autopersona_flows.memory.embedders import Embedder, default_embedder, check_vectors
 from autopersona_flows.memory.index import BankIndex, Scoring, TimeView
 from autopersona_flows.memory.protocol import ChangeSet, MemoryStore
 from autopersona_flows.memory.records import LAYERS, LayerContent, MemoryLayer, MemoryRecord
 from autopersona_flows.memory.users import check_user_id
 
-__all__ = ["MemoryBundle", "MemoryRetriever", "ScoredMemory", "Scoring", "SearchRequest"]
+__all__ = [
+    "RECENCY_HALF_LIFE",
+    "MemoryBundle",
+    "MemoryRetriever",
+    "ScoredMemory",
+    "Scoring",
+    "SearchRequest",
+]
 
 
 def _text(value: str) -> str:
@@ -163,6 +170,26 @@ def time_view(
     )
 
 
+RECENCY_HALF_LIFE = timedelta(days=90)
+"""The default weight of recency in retrieval: a memory said 90 days before another
+that matches as well scores 3/4 of it (see `MemoryRetriever.retrieve`)."""
+
+
+class _Unset:
+    """A retrieval argument left to the retriever's setting."""
+
+    def __repr__(self) -> str:
+        return "<the retriever's>"
+
+
+_UNSET = _Unset()
+
+
+def _half_life(asked: timedelta | None | _Unset, default: timedelta | None) -> timedelta | None:
+    """The half life a retrieval weighs recency with: asked, or the retriever's."""
+    return default if isinstance(asked, _Unset) else asked
+
+
 def _check_as_of(as_of: Any) -> None:
     if as_of is not None and (
         not isinstance(as_of, datetime) or as_of.tzinfo is None or as_of.utcoffset() is None
@@ -187,12 +214,16 @@ class MemoryRetriever:
     Args:
         store: Where the memories live.
         embedder: Embeds the queries; must be the embedder the store was written
-            with (`EmbeddingMismatchError` otherwise). Defaults to `HashingEmbedder`.
+            with (`EmbeddingMismatchError` otherwise). Defaults to the shipped `SentenceEncoder`.
         scoring: How dense and lexical evidence combine; see `Scoring`. By default
             the dense weight is the embedder's ``dense_weight`` attribute if it has
-            one (tuned on LoCoMo: 0.3 for hashing, 0.5 for MiniLM), else 0.3.
+            one (tuned on LoCoMo: 0.3 for hashing, 0.5 for MiniLM), else 0.3, and
+            the dense floor its ``dense_floor``, else 0.
         max_cached_banks: How many (user, layer) indexes to keep in memory; the
             least recently used is dropped beyond that and rebuilt when needed.
+        recency_half_life: How much recency weighs in every retrieval that does not
+            say (see `retrieve`): of two memories that match alike, the one said
+            later ranks first. ``None``: what was said counts, not when.
     """
 
     def __init__(
@@ -202,10 +233,16 @@ class MemoryRetriever:
         *,
         scoring: Scoring | None = None,
         max_cached_banks: int = 1024,
+        recency_half_life: timedelta | None = RECENCY_HALF_LIFE,
     ) -> None:
+        time_view(recency_half_life=recency_half_life)  # checked here, not at the first search
+        self.recency_half_life = recency_half_life
         self.store = store
-        self.embedder = embedder if embedder is not None else HashingEmbedder()
-        self.scoring = scoring or Scoring(dense_weight=getattr(self.embedder, "dense_weight", 0.3))
+        self.embedder = embedder if embedder is not None else default_embedder()
+        self.scoring = scoring or Scoring(
+            dense_weight=getattr(self.embedder, "dense_weight", 0.3),
+            dense_floor=getattr(self.embedder, "dense_floor", 0.0),
+        )
         self.max_cached_banks = max_cached_banks
         self._indexes: OrderedDict[tuple[str, str], tuple[threading.Lock, BankIndex]] = (
             OrderedDict()
@@ -227,7 +264,7 @@ class MemoryRetriever:
         distinct_per_label: bool = False,
         as_of: datetime | None = None,
         include_past: bool = False,
-        recency_half_life: timedelta | None = None,
+        recency_half_life: timedelta | None | _Unset = _UNSET,
     ) -> MemoryBundle:
         """Run ``searches`` over the user's bank and return what they found.
 
@@ -254,7 +291,8 @@ class MemoryRetriever:
                 stated later).
             recency_half_life: Weigh recency: a memory this much older than
                 ``as_of`` (or now) scores 3/4 of what it would, one much older
-                towards 1/2. ``None``: what was said counts, not when.
+                towards 1/2. ``None``: what was said counts, not when. By default,
+                the retriever's (`RECENCY_HALF_LIFE` unless it was built with another).
 
         Raises:
             RetrievalError: If ``top_k``, ``min_similarity`` or the time arguments
@@ -264,7 +302,8 @@ class MemoryRetriever:
         check_user_id(user_id)
         top_k = check_top_k(top_k)
         min_similarity = check_min_similarity(min_similarity)
-        time = time_view(as_of, include_past=include_past, recency_half_life=recency_half_life)
+        half_life = _half_life(recency_half_life, self.recency_half_life)
+        time = time_view(as_of, include_past=include_past, recency_half_life=half_life)
         searches = list(searches)
         for i, search in enumerate(searches):
             if not isinstance(search, SearchRequest):
@@ -290,8 +329,17 @@ class MemoryRetriever:
                     # within a block, what it found before: the nodes of a run search
                     # its request alike.
                     key = (
-                        (user_id, index.cursor, search, top_k, min_similarity, as_of, include_past)
-                        if found_before is not None and not held and recency_half_life is None
+                        (
+                            user_id,
+                            index.cursor,
+                            search,
+                            top_k,
+                            min_similarity,
+                            as_of,
+                            include_past,
+                            half_life,
+                        )
+                        if found_before is not None and not held
                         else None
                     )
                     top = None if found_before is None or key is None else found_before.get(key)

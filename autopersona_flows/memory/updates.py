@@ -35,7 +35,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from autopersona_flows.errors import EmbedderError, ResolverError
-from autopersona_flows.memory.embedders import Embedder, HashingEmbedder, check_vectors
+from autopersona_flows.memory.embedders import Embedder, default_embedder, check_vectors
 from autopersona_flows.memory.protocol import MemoryStore
 from autopersona_flows.memory.provenance import Provenance
 from autopersona_flows.memory.records import (
@@ -185,11 +185,17 @@ class HeuristicResolver:
 
     @staticmethod
     def _persona(new: PersonaMemory, candidates: list[ScoredMemory]) -> UpdateDecision | None:
-        olds = [(c.record.id, c.record.content) for c in candidates]
+        # A standing memory on the slot is what a new value replaces; a bounded one
+        # ("my temp number until the 31st") is ended beside it (`_end_bounded`),
+        # whichever ranks first.
+        ordered = sorted(candidates, key=lambda c: c.record.valid_until is not None)
+        olds = [(c.record.id, c.record.content) for c in ordered]
         persona = [(i, old) for i, old in olds if isinstance(old, PersonaMemory)]
         for memory_id, old in persona:
             if not same_slot(new.topic, old.topic):
                 continue
+            if new.request and old.request and normalise(new.request) != normalise(old.request):
+                continue  # answered for another request: both hold, each for its own
             if normalise(old.preference) == normalise(new.preference):
                 return UpdateDecision(
                     operation="noop", target_id=memory_id, reason="same preference"
@@ -266,7 +272,7 @@ class MemoryUpdater:
         retriever: MemoryRetriever | None = None,
     ) -> None:
         self.store = store
-        self.embedder = embedder or (retriever.embedder if retriever else HashingEmbedder())
+        self.embedder = embedder or (retriever.embedder if retriever else default_embedder())
         self.resolver = resolver if resolver is not None else HeuristicResolver()
         self.top_k = check_top_k(top_k)
         self.retriever = retriever or MemoryRetriever(store, self.embedder)
@@ -359,7 +365,10 @@ class MemoryUpdater:
             # What still held when the content was said, whenever it was said itself:
             # a backfilled statement meets both what it may replace and what came later.
             said = when.at or datetime.now(UTC)
-            bundle = self.retriever.retrieve(user_id, searches, top_k=self.top_k, include_past=True)
+            # What the new content may replace or repeat, however long ago it was said.
+            bundle = self.retriever.retrieve(
+                user_id, searches, top_k=self.top_k, include_past=True, recency_half_life=None
+            )
             candidates = [
                 candidate
                 for candidate in bundle.layer(layer)

@@ -56,6 +56,7 @@ def test_an_answer_is_stored_with_everything_it_was_asked_as(
         aliases=["where on the plane", "Aisle or window?"],
         options=["aisle", "window"],
         contexts=["choose-seat", "Pick a seat on the flight", QUERY],
+        request=QUERY,
     )
 
 

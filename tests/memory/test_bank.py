@@ -11,6 +11,7 @@ import pytest
 
 from autopersona_flows import MemoryBank as TopLevelMemoryBank
 from autopersona_flows.errors import ConfigurationError, MemoryBankError, MemoryStoreError
+from autopersona_flows.memory.encoders import shared_encoder
 from autopersona_flows.memory import (
     ExtractedMemory,
     HashingEmbedder,
@@ -45,7 +46,7 @@ def test_a_bank_from_a_path_string_adds_updates_retrieves_and_keeps_history(
     bank = MemoryBank(str(tmp_path / "memory"))
     assert isinstance(bank.store, JsonlMemoryStore)
     assert bank.store.root == tmp_path / "memory"
-    assert isinstance(bank.embedder, HashingEmbedder)
+    assert bank.embedder is shared_encoder()  # the default: the shipped sentence encoder
 
     first = bank.add("ada", PersonaMemory(topic="tone", preference="formal"))
     (found,) = bank.retrieve("ada", [TONE])

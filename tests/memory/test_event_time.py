@@ -211,21 +211,27 @@ def test_expired_memories_leave_current_results_and_exact_lookups(
     assert again.operation != "noop"
 
 
-def test_recency_weighs_only_when_asked(store: JsonlMemoryStore) -> None:
+def test_recency_weighs_by_default_and_as_asked(store: JsonlMemoryStore) -> None:
     updater = MemoryUpdater(store)
     now = datetime.now(UTC)
     old = updater.add("ada", PersonaMemory(topic="tea", preference="green tea"), at=now - 400 * DAY)
     new = updater.add("ada", PersonaMemory(topic="tea", preference="black tea"), at=now - DAY)
     retriever = MemoryRetriever(store)
     search = [SearchRequest(layer="persona", query="green tea")]
-    plain = {m.record.id: m.score for m in retriever.retrieve("ada", search).persona}
-    weighed = {
-        m.record.id: m.score
-        for m in retriever.retrieve("ada", search, recency_half_life=30 * DAY).persona
-    }
+
+    def scores(**when: timedelta | None) -> dict[str, float]:
+        return {m.record.id: m.score for m in retriever.retrieve("ada", search, **when).persona}
+
+    plain = scores(recency_half_life=None)
+    weighed = scores(recency_half_life=30 * DAY)
     assert plain[old.id] > plain[new.id]
     assert weighed[new.id] == pytest.approx(plain[new.id], rel=0.02)
     assert weighed[old.id] == pytest.approx(plain[old.id] / 2, rel=0.01)
+    # By default, the retriever's: 90 days, 400 days ago is near the floor of 1/2.
+    default = scores()
+    assert default[old.id] == pytest.approx(plain[old.id] * (1 + 2 ** (-400 / 90)) / 2, rel=0.01)
+    timeless = MemoryRetriever(store, recency_half_life=None)
+    assert {m.record.id: m.score for m in timeless.retrieve("ada", search).persona} == plain
     for bad in ({"as_of": datetime(2025, 1, 1)}, {"recency_half_life": timedelta(0)}):
         with pytest.raises(RetrievalError):
             retriever.retrieve("ada", search, **bad)

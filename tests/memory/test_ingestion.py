@@ -30,6 +30,7 @@ from autopersona_flows.memory import (
     refine_workspace,
     reindex_user,
 )
+from autopersona_flows.memory.encoders import shared_encoder
 from autopersona_flows.memory.ingestion import read_task_records
 from autopersona_flows.memory.text import memory_text
 
@@ -494,7 +495,7 @@ def test_cli_ingest_prints_counts_only(run_cli, store_root: Path, tmp_path: Path
         PRIVATE_TEXT,
         "book a table for two in Lisbon",
     ]
-    assert_embedded_by(store, HashingEmbedder(), "bob")
+    assert_embedded_by(store, shared_encoder(), "bob")
 
 
 def test_cli_ingest_validates_the_whole_file_before_writing(

@@ -225,7 +225,7 @@ def test_a_delete_whose_embedding_fails_changes_nothing(store: JsonlMemoryStore)
         return HashingEmbedder().embed(texts)
 
     embedder = FunctionEmbedder(flaky, name=HashingEmbedder().name, dim=256)
-    MemoryUpdater(store).update("ada", "persona", tone("formal"))
+    MemoryUpdater(store, HashingEmbedder()).update("ada", "persona", tone("formal"))
     before = store.snapshot_fingerprint("ada")
     contradict = Scripted(lambda c: UpdateDecision(operation="delete", target_id=c[0].record.id))
     updater = MemoryUpdater(store, embedder, contradict, retriever=MemoryRetriever(store, embedder))

@@ -43,7 +43,7 @@ from autopersona_flows.agent.evaluation._common import (
     read_cases,
 )
 from autopersona_flows.errors import EvaluationError
-from autopersona_flows.memory.embedders import Embedder, HashingEmbedder, check_vectors
+from autopersona_flows.memory.embedders import Embedder, default_embedder, check_vectors
 from autopersona_flows.memory.protocol import MemoryStore
 from autopersona_flows.memory.records import (
     LAYERS,
@@ -390,7 +390,7 @@ def seed_memories(
     Args:
         store: Where to write.
         path: The memories file.
-        embedder: The embedder the store's retriever uses; `HashingEmbedder` by default.
+        embedder: The embedder the store's retriever uses; the shipped `SentenceEncoder` by default.
 
     Returns:
         How many memories were stored, per user.
@@ -399,7 +399,7 @@ def seed_memories(
         EvaluationError: If the file cannot be read, a line is invalid (the message
             names it), or a user in it already has memories in ``store``.
     """
-    embedder = embedder if embedder is not None else HashingEmbedder()
+    embedder = embedder if embedder is not None else default_embedder()
     seeds: list[tuple[str, MemoryRecord]] = []
     for number, line in lines(path):
         try:

@@ -37,7 +37,7 @@ from autopersona_flows.agent.evaluation.reports import (
     JudgementResult,
 )
 from autopersona_flows.errors import EvaluationError
-from autopersona_flows.memory.embedders import Embedder, HashingEmbedder
+from autopersona_flows.memory.embedders import Embedder, default_embedder
 from autopersona_flows.memory.jsonl import JsonlMemoryStore
 from autopersona_flows.memory.protocol import MemoryStore
 from autopersona_flows.memory.records import (
@@ -63,6 +63,7 @@ Category = Literal[
     "learn",
     "hidden",
     "near_miss",
+    "situation",
 ]
 CATEGORIES: tuple[str, ...] = get_args(Category)
 """The categories of the benchmark, in report order."""
@@ -191,7 +192,7 @@ def evaluate_judgement(
         agent: Builds the agent to evaluate over the seeded store; the default
             agent (`PersonaAgent` over a `MemoryRetriever` with ``embedder``) if
             not given.
-        embedder: Embeds the seeded memories; `HashingEmbedder` by default. It must
+        embedder: Embeds the seeded memories; the shipped `SentenceEncoder` by default. It must
             be the embedder the agent's retriever uses.
         store: An empty store to seed; a temporary JSONL store by default.
 
@@ -203,7 +204,7 @@ def evaluate_judgement(
         raise EvaluationError("the benchmark is empty: give at least one JudgementCase")
     if len({case.name for case in cases}) != len(cases):
         raise EvaluationError("two cases share a name; case names must be unique")
-    embedder = embedder if embedder is not None else HashingEmbedder()
+    embedder = embedder if embedder is not None else default_embedder()
     build = agent or (lambda store: PersonaAgent(MemoryRetriever(store, embedder)))
     with tempfile.TemporaryDirectory(prefix="autopersona-judgement-") as folder:
         bank = store if store is not None else JsonlMemoryStore(folder)

@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from autopersona_flows.agent.evaluation._common import ratio, read_cases
 from autopersona_flows.memory.consolidation import promote_choices
-from autopersona_flows.memory.embedders import Embedder, HashingEmbedder
+from autopersona_flows.memory.embedders import Embedder, default_embedder
 from autopersona_flows.memory.ingestion import ingest_task_history
 from autopersona_flows.memory.jsonl import JsonlMemoryStore
 from autopersona_flows.memory.records import PersonaMemory, RawTaskRecord, UtcDatetime
@@ -174,14 +174,14 @@ def evaluate_timeline(
 
     Args:
         cases: The cases.
-        embedder: The store's embedder; `HashingEmbedder` by default.
+        embedder: The store's embedder; the shipped `SentenceEncoder` by default.
         recency_half_life: Weigh recency in the searches (see
             `MemoryRetriever.retrieve`), or ``None`` not to.
 
     Raises:
         RetrievalError: If ``recency_half_life`` is not a positive timedelta.
     """
-    embedder = embedder or HashingEmbedder()
+    embedder = embedder or default_embedder()
     half_life = recency_half_life
     time_view(recency_half_life=half_life)  # checked before anything is ingested
     outcomes: dict[str, list[_Outcome]] = defaultdict(list)
