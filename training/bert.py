@@ -140,7 +140,8 @@ def load_minilm(folder: str | Path, keep: list[int] | None = None) -> SentenceEn
 
 def export_onnx(model: SentenceEncoder, path: str | Path, *, quantize: bool = True) -> Path:
     """Write ``model`` as ONNX (inputs ``input_ids``, ``attention_mask``; output
-    ``sentence_embedding``), int8-quantised (dynamic, per channel) if ``quantize``."""
+    ``sentence_embedding``), int8-quantised (dynamic, per channel) if ``quantize``.
+    """
     path = Path(path)
     model = model.eval()
     ids = torch.ones((2, 7), dtype=torch.int64)

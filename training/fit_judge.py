@@ -35,10 +35,10 @@ from pathlib import Path
 
 import numpy as np
 from groups import Group, read_groups
-from train_encoder import held_out
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import GroupKFold
+from train_encoder import held_out
 
 from autopersona_flows.agent.agent import PersonaAgent
 from autopersona_flows.agent.decisions import PersonaRequest
@@ -138,9 +138,7 @@ def case_rows(cases: list[JudgementCase], judge: SemanticJudge, rows: Rows) -> N
                 if not candidates:
                     continue
                 x, places, _ = judge.features(request, {requirement.name: candidates})
-                labels = [
-                    _label(case, requirement.name, candidates[i].record) for _, i in places
-                ]
+                labels = [_label(case, requirement.name, candidates[i].record) for _, i in places]
                 keep = [i for i, label in enumerate(labels) if label is not None]
                 if keep:
                     rows.add(
@@ -153,9 +151,7 @@ def case_rows(cases: list[JudgementCase], judge: SemanticJudge, rows: Rows) -> N
                 learn_rows(agent, case, judge, rows)
 
 
-def learn_rows(
-    agent: PersonaAgent, case: JudgementCase, judge: SemanticJudge, rows: Rows
-) -> None:
+def learn_rows(agent: PersonaAgent, case: JudgementCase, judge: SemanticJudge, rows: Rows) -> None:
     """Rows of a learn loop's follow-ups: the learned answer answers, nothing else does."""
     assert case.learn is not None
     request = _request(case, case.request)
@@ -210,22 +206,21 @@ def situation_threshold(encoder: Embedder) -> tuple[float, dict[str, float]]:
         if not held_out(item["id"]):
             continue  # the encoder learned these
         situations = item["situations"]
-        texts = [f"{r['query']}. {r['step']}" for r in item["requests"]]
+        # Requests as the judge reads them for their situation: their queries.
+        r = encoder.embed([x["query"] for x in item["requests"]])
         s = encoder.embed(situations)
-        r = encoder.embed(texts)
         sims = r @ s.T
         for request, row in zip(item["requests"], sims, strict=True):
             for situation, sim in zip(situations, row, strict=True):
                 scores.append(float(sim))
                 truth.append(int(request["in"] == situation))
     scores_a, truth_a = np.asarray(scores), np.asarray(truth)
-    best = max(
-        np.arange(0.1, 0.8, 0.01), key=lambda t: ((scores_a >= t) == truth_a).mean()
-    )
+    best = max(np.arange(0.1, 0.8, 0.01), key=lambda t: ((scores_a >= t) == truth_a).mean())
     accuracy = float(((scores_a >= best) == truth_a).mean())
-    return float(best), {"situation_accuracy": accuracy, "situation_auc": float(
-        roc_auc_score(truth_a, scores_a)
-    )}
+    return float(best), {
+        "situation_accuracy": accuracy,
+        "situation_auc": float(roc_auc_score(truth_a, scores_a)),
+    }
 
 
 def fit(x: np.ndarray, y: np.ndarray, groups: np.ndarray) -> tuple[LogisticRegression, dict]:
@@ -258,6 +253,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=WEIGHTS / "judge.json")
     parser.add_argument("--report", action="store_true", help="print weights by feature")
     parser.add_argument("--encoder", type=Path, help="an encoder folder (default: shipped)")
+    parser.add_argument(
+        "--all-groups", action="store_true", help="fit on every group, not only the held-out ones"
+    )
     args = parser.parse_args()
     encoder = SentenceEncoder(args.encoder) if args.encoder else shared_encoder()
     threshold, situation_meta = situation_threshold(encoder)
@@ -280,7 +278,10 @@ def main() -> None:
     judge = SemanticJudge(encoder, AnswerhoodModel(placeholder))
     rows = Rows()
     groups = [
-        group for path in groups_files() for group in read_groups(path) if held_out(group.id)
+        group
+        for path in groups_files()
+        for group in read_groups(path)
+        if args.all_groups or held_out(group.id)
     ]
     group_rows(groups, judge, rows)
     cases = read_judgement_cases(DEV_CASES)

@@ -64,13 +64,9 @@ class Group(_Model):
                     raise ValueError(f"{where}: a {memory.label!r} memory needs its value")
                 if options and not self.requirement.allow_other:
                     if memory.value.casefold() not in options:
-                        raise ValueError(
-                            f"{where}: value {memory.value!r} is none of the options"
-                        )
+                        raise ValueError(f"{where}: value {memory.value!r} is none of the options")
                 elif memory.value.casefold() not in _text(memory.content).casefold():
-                    raise ValueError(
-                        f"{where}: value {memory.value!r} is not in the memory's text"
-                    )
+                    raise ValueError(f"{where}: value {memory.value!r} is not in the memory's text")
             unknown = {o.casefold() for o in memory.ruled_out} - options
             if unknown:
                 raise ValueError(f"{where}: ruled_out names no option: {sorted(unknown)}")

@@ -41,7 +41,7 @@ from sklearn.metrics import roc_auc_score
 from tokenizers import Tokenizer
 from torch import nn
 
-from autopersona_flows.agent.semantic import requirement_text
+from autopersona_flows.agent.planners import requirement_text
 from autopersona_flows.memory.records import MemoryRecord
 from autopersona_flows.memory.text import memory_text
 
@@ -68,7 +68,8 @@ class Answerhood:
 @dataclass
 class Situated:
     line: str
-    request: str
+    query: str
+    step: str
     situations: list[str]
     inside: str | None
 
@@ -98,10 +99,7 @@ def situated(path: Path) -> list[Situated]:
         for request in item["requests"]:
             items.append(
                 Situated(
-                    item["id"],
-                    f"{request['query']}. {request['step']}",
-                    item["situations"],
-                    request["in"],
+                    item["id"], request["query"], request["step"], item["situations"], request["in"]
                 )
             )
     return items
@@ -139,6 +137,14 @@ class Trainer:
     def encode(self, texts: list[str]) -> torch.Tensor:
         return self.model(*self.batch(texts))
 
+    def work(self, items: list[Situated]) -> torch.Tensor:
+        """Requests as the judge reads them for their situation: their query's vectors.
+
+        The situation lives in the query ("for the sales kickoff"); the step is the
+        same for every request of a node.
+        """
+        return self.encode([item.query for item in items])
+
     def loss(self, left: torch.Tensor, right: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         logits = self.scale * (left @ right.T) + self.bias
         weight = torch.where(labels > 0, 3.0, 1.0)  # positives are few in each batch
@@ -151,8 +157,11 @@ class Trainer:
         self.optimizer.step()
 
     def answerhood(self, chunk: list[Answerhood]) -> torch.Tensor:
-        memories = [(text, item.group, positive) for item in chunk
-                    for text, positive in zip(item.memories, item.positive, strict=True)]
+        memories = [
+            (text, item.group, positive)
+            for item in chunk
+            for text, positive in zip(item.memories, item.positive, strict=True)
+        ]
         left = self.encode([item.requirement for item in chunk])
         right = self.encode([text for text, _, _ in memories])
         labels = torch.tensor(
@@ -167,7 +176,7 @@ class Trainer:
         this one's too.
         """
         phrases = sorted({(item.line, s) for item in chunk for s in item.situations})
-        left = self.encode([item.request for item in chunk])
+        left = self.work(chunk)
         right = self.encode([s for _, s in phrases])
         labels = torch.tensor([[float(item.inside == s) for _, s in phrases] for item in chunk])
         mine = torch.tensor([[item.line == line for line, _ in phrases] for item in chunk])
@@ -213,7 +222,7 @@ def evaluate(trainer: Trainer, answers: list[Answerhood], situations: list[Situa
         hits = total = 0
         labels, scores = [], []
         for item in situations:
-            v = trainer.encode([item.request])[0]
+            v = trainer.work([item])[0]
             s = trainer.encode(item.situations)
             cos = (s @ v).numpy()
             labels += [item.inside == x for x in item.situations]

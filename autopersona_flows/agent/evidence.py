@@ -19,6 +19,7 @@ decides what the person currently holds:
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -48,7 +49,7 @@ from autopersona_flows.memory.records import (
 )
 from autopersona_flows.memory.retrieval import MemoryBundle, ScoredMemory
 from autopersona_flows.memory.slots import same_slot
-from autopersona_flows.memory.text import memory_text, normalise
+from autopersona_flows.memory.text import memory_text, normalise, trace_text
 
 __all__ = ["EvidencePolicy", "constraint_text", "statement"]
 
@@ -61,7 +62,10 @@ def constraint_text(memory: ScoredMemory | MemoryRecord) -> str:
         text = f"{content.topic}: {content.preference}"
         return f"{text} ({content.strategy})" if content.strategy else text
     if isinstance(content, TrajectoryMemory):
-        return f"earlier, for {content.query!r}: {content.insight or memory_text(content)}"
+        # What was done and what was learned: the lesson alone may not name the value
+        # ("he said keep doing it this way" of a report shared as Google Sheets).
+        done = "; ".join(part for part in (trace_text(content.trace), content.insight) if part)
+        return f"earlier, for {content.query!r}: {done or memory_text(content)}"
     return f"workspace: {memory_text(content)}"
 
 
@@ -110,8 +114,8 @@ class EvidencePolicy:
 
     def __init__(
         self,
-        threshold: float = 0.35,
-        margin: float = 0.25,
+        threshold: float = 0.3,
+        margin: float = 0.1,
         max_guidance: int = 5,
         *,
         judge: Judge | None = None,
@@ -244,7 +248,15 @@ class EvidencePolicy:
         # Name what memory holds that came close: "I have 'Chicago', which is none of
         # the options", "I have 'the aisle', but for work trips".
         close = max(
-            (v for v in verdicts if not v.answers and not v.ceases and v.value and v.hint),
+            (
+                v
+                for v in verdicts
+                if not v.answers
+                and not v.ceases
+                and v.value
+                and v.hint
+                and v.strength >= self.threshold
+            ),
             key=lambda v: v.strength,
             default=None,
         )
@@ -282,11 +294,27 @@ class EvidencePolicy:
             # A standing constraint is shown even if a later memory shares its topic:
             # two allergies are both true, and a stale one shown costs less than a
             # live one dropped.
-            if applies(text, work):
+            if applies(text, work) or (
+                _CONSTRAINT.search(text) and memory.score >= _RELEVANT and record.layer == "persona"
+            ):
                 standing[record.id] = _guide(memory, "a standing constraint for this work")
             elif record.id not in superseded and _about(record, about):
                 related[record.id] = _guide(memory, "about this work")
         return [*standing.values(), *related.values()][: self.max_guidance]
+
+
+# A person's rule: "never book anything Thursday afternoons", "latex allergy", "no
+# red-eye flights, ever". One that the work's own searches found relevant in meaning
+# ("balloons" for a latex allergy, a car service for "I don't drive on Shabbat") is a
+# standing constraint of it, beside those the stakes of `standing.applies` name.
+_CONSTRAINT = re.compile(
+    r"\b(?:never|no|not|don't|do not|can't|cannot|won't|avoid|allerg\w*|intoleran\w*|"
+    r"only|must|always|strictly|banned)\b",
+    re.IGNORECASE,
+)
+_RELEVANT = 0.15
+"""The retrieval score (see `Scoring`) from which a rule the work's searches found bears
+on it: well above what unrelated memories score (0), below a plain paraphrase."""
 
 
 def _candidates(requirement: Requirement, memories: MemoryBundle) -> list[ScoredMemory]:
@@ -312,7 +340,9 @@ def _same_topic(later: _Answer, earlier: _Answer) -> bool:
     """Whether two answers are persona memories filed under one slot ("citation style")."""
     a, b = later.memories[0].record.content, earlier.memories[0].record.content
     return (
-        isinstance(a, PersonaMemory) and isinstance(b, PersonaMemory) and same_slot(a.topic, b.topic)
+        isinstance(a, PersonaMemory)
+        and isinstance(b, PersonaMemory)
+        and same_slot(a.topic, b.topic)
     )
 
 

@@ -40,7 +40,7 @@ from autopersona_flows.agent.reading import Found, Need, Reader, Relation, WordM
 from autopersona_flows.memory.phrases import clauses, content_roots, kin, phrase, value_kinds
 from autopersona_flows.memory.records import PersonaMemory, TrajectoryMemory, WorkspaceMemory
 from autopersona_flows.memory.retrieval import ScoredMemory
-from autopersona_flows.memory.text import json_text, normalise
+from autopersona_flows.memory.text import json_text, normalise, trace_text
 
 __all__ = ["Judge", "LexicalJudge", "Reading", "Verdict"]
 
@@ -214,7 +214,7 @@ class LexicalJudge:
                 )
                 return Reading(verdict, relation, found)
         trace = ". ".join(
-            part for part in (json_text(content.trace), json_text(content.outcome)) if part
+            part for part in (trace_text(content.trace), json_text(content.outcome)) if part
         )
         found = self.reader.read(need, trace)
         value = found.option or (self._chosen(need, trace) if found.attribute else None)

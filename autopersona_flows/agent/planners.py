@@ -16,6 +16,7 @@ __all__ = [
     "FunctionPlanner",
     "SearchPlanner",
     "requirement_label",
+    "requirement_text",
 ]
 
 STANDING = "standing"
@@ -49,9 +50,9 @@ class DefaultPlanner:
     """Recall for each requirement in its layers, then for the node and the query everywhere.
 
     A requirement is searched by its name alone (a memory stored under that name
-    ranks first), with its description, by its options (a vague topic such as
-    "travel" whose value names "aisle" is found through them) and by its declared
-    question; each of its searches carries its label, so that its evidence is
+    ranks first) and by `requirement_text`: with its description, its declared
+    question and its options (a vague topic such as "travel" whose value names
+    "aisle" is found through them); each of its searches carries its label, so that its evidence is
     credited to it (`PersonaAgent` keeps searches distinct per label). The node's
     instruction and the query are searched in every layer with the retrieval's
     ``top_k``.
@@ -94,13 +95,24 @@ class DefaultPlanner:
         return searches
 
 
-def _requirement_queries(requirement: Requirement) -> list[str]:
-    queries = [requirement.name, f"{requirement.name} {requirement.description}".strip()]
-    if requirement.options:
-        queries.append(f"{requirement.name} {' '.join(requirement.options)}")
+def requirement_text(requirement: Requirement) -> str:
+    """The requirement as one text: its name, description, question and options.
+
+    What the judge's encoder reads it as, and one of its searches: a memory is
+    found through any of its words, and each text of a decision is embedded once.
+    """
+    parts = [requirement.name.replace("_", " ")]
+    if requirement.description.strip():
+        parts.append(requirement.description.strip())
     if requirement.question:
-        queries.append(requirement.question)
-    return list(dict.fromkeys(queries))
+        parts.append(requirement.question)
+    if requirement.options:
+        parts.append(f"options: {', '.join(requirement.options)}")
+    return ". ".join(parts)
+
+
+def _requirement_queries(requirement: Requirement) -> list[str]:
+    return list(dict.fromkeys([requirement.name, requirement_text(requirement)]))
 
 
 class FunctionPlanner:

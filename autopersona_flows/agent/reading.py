@@ -23,7 +23,9 @@ from autopersona_flows.memory.phrases import (
     content_roots,
     kin,
     phrase,
+    root,
     value_kinds,
+    words,
 )
 
 __all__ = ["Found", "Need", "Reader", "Relation", "WordMatcher", "strength"]
@@ -92,8 +94,13 @@ class Need:
 
 
 def _option_roots(option: str) -> frozenset[str]:
-    """The roots an option is stated by: its content words and its numbers ("4 spaces")."""
-    return content_roots(option) | frozenset(re.findall(r"\d+", option))
+    """The roots an option is stated by.
+
+    Its content words and its numbers ("4 spaces"), or, for an option of function words
+    only ("own", "other"), its words.
+    """
+    found = content_roots(option) | frozenset(re.findall(r"\d+", option))
+    return found or frozenset(root(word) for word in words(option))
 
 
 @dataclass(frozen=True)

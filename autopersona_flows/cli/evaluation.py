@@ -23,6 +23,12 @@ from autopersona_flows.agent.evaluation import (
     read_timeline_cases,
     seed_memories,
 )
+from autopersona_flows.agent.evaluation.chats import evaluate_chats, read_chat_cases
+from autopersona_flows.agent.evaluation.situations import (
+    evaluate_situations,
+    read_situation_episodes,
+)
+from autopersona_flows.agent.evaluation.tiers import TIER_NAMES, Tier, tier
 from autopersona_flows.cli.root import EMBEDDER_HELP, Steps, app, existing_store
 from autopersona_flows.errors import EvaluationError
 from autopersona_flows.memory.embedders import get_embedder
@@ -35,12 +41,13 @@ PANEL = "Benchmarks"
 
 
 @app.command("eval", rich_help_panel=PANEL)
-def eval_command(
+def eval_command(  # noqa: PLR0917 - a command's parameters are its command line
     cases: Annotated[
         Path,
         typer.Argument(
             metavar="CASES",
-            help="One JudgementCase (or ClarificationCase) JSON object a line.",
+            help="One case a line: judgement, clarification, memory-over-time, "
+            "context-dependent episode or chat history (told apart by its fields).",
             show_default=False,
         ),
     ],
@@ -62,15 +69,27 @@ def eval_command(
         ),
     ] = None,
     embedder: Annotated[str, typer.Option("--embedder", help=EMBEDDER_HELP)] = "semantic",
+    tier: Annotated[
+        str,
+        typer.Option(
+            "--tier",
+            help="semantic (the default agent) or no-model (words and rules only), for "
+            "judgement, context-dependent and chat benchmarks.",
+        ),
+    ] = "semantic",
 ) -> None:
     """Run the default agent on a benchmark.
 
     A judgement benchmark or a memory-over-time benchmark prints a table per
-    category; a clarification set, run against --store, prints a JSON report.
-    Reports hold names, labels, actions and metrics, never memory contents.
+    category; context-dependent episodes a table per phase; long-term chat cases
+    what was answered and asked; a clarification set, run against --store, prints
+    a JSON report. Reports hold names, labels, actions and metrics, never memory
+    contents.
     """
     kind = cases_kind(cases)
-    if kind in ("judgement", "timeline"):
+    if tier not in TIER_NAMES:
+        raise EvaluationError(f"unknown tier {tier!r}: use one of {', '.join(TIER_NAMES)}")
+    if kind != "clarification":
         given = [
             flag for flag, value in (("--store", store), ("--seed", seed)) if value is not None
         ]
@@ -79,7 +98,14 @@ def eval_command(
                 f"{cases} is a {kind} benchmark, whose cases bring their own memories: "
                 f"{' and '.join(given)} apply to clarification sets only"
             )
-        (_eval_judgement if kind == "judgement" else _eval_timeline)(cases, embedder, json=json)
+        if kind == "timeline":
+            _eval_timeline(cases, embedder, json=json)
+        elif kind == "judgement":
+            _eval_judgement(cases, tier, json=json)
+        elif kind == "situations":
+            _eval_situations(cases, tier, json=json)
+        else:
+            _eval_chats(cases, tier, json=json)
         return
     if store is None:
         raise EvaluationError(
@@ -146,16 +172,16 @@ def _category_table(
     Console(width=width).print(table)
 
 
-def _eval_judgement(path: Path, embedder_name: str, *, json: bool) -> None:
+def _eval_judgement(path: Path, name: Tier, *, json: bool) -> None:
     cases = read_judgement_cases(path)
-    embedder = get_embedder(embedder_name)
+    factory, embedder = tier(name)
     with Steps(f"judging {len(cases)} cases", None, "cases"):
-        report = evaluate_judgement(cases, embedder=embedder)
+        report = evaluate_judgement(cases, factory, embedder=embedder)
     if json:
         # Names, labels, actions and metrics only: decisions quote memory contents.
         print(_json.dumps(report.to_dict()).decode())
         return
-    title = f"judgement benchmark: {path} ({embedder.name})"
+    title = f"judgement benchmark: {path} ({name}: {embedder.name})"
     _category_table(title, _COLUMNS, report.categories, report.overall, width=160)
     wrong = [result.name for result in report.results if not result.correct]
     if wrong:
@@ -185,3 +211,43 @@ def _eval_timeline(path: Path, embedder_name: str, *, json: bool) -> None:
     print(f"ingested {report.messages_per_second:.0f} messages/s")
     if report.failures:
         print(f"{len(report.failures)} checks not right: {'; '.join(report.failures)}")
+
+
+def _eval_situations(path: Path, name: Tier, *, json: bool) -> None:
+    episodes = read_situation_episodes(path)
+    factory, _ = tier(name)
+    with Steps(f"running {len(episodes)} episodes", None, "episodes"):
+        report = evaluate_situations(episodes, factory)
+    if json:
+        print(_json.dumps(report.model_dump(mode="json")).decode())
+        return
+    table = Table(title=f"context-dependent preferences: {path} ({name})")
+    for heading in ("phase", "rounds", "right", "right unasked", "asks a task", "repeats"):
+        table.add_column(heading, justify="right")
+    for phase, scores in [*report.phases.items(), ("all", report.overall)]:
+        repeats = scores.repeat_question_rate
+        table.add_row(
+            phase,
+            str(scores.rounds),
+            f"{scores.right:.3f}",
+            f"{scores.right_unasked:.3f}",
+            f"{scores.questions_per_task:.2f}",
+            "-" if repeats is None else f"{repeats:.3f}",
+        )
+    Console(width=100).print(table)
+
+
+def _eval_chats(path: Path, name: Tier, *, json: bool) -> None:
+    cases = read_chat_cases(path)
+    factory, _ = tier(name)
+    with Steps(f"ingesting and probing {len(cases)} chat histories", None, "histories"):
+        report = evaluate_chats(cases, factory)
+    if json:
+        print(_json.dumps(report.model_dump(mode="json")).decode())
+        return
+    print(
+        f"long-term chat memory: {path} ({name}): {report.probes} probes; answered from "
+        f"memory {report.answered:.3f}, asked when memory lacks it {report.asked:.3f}"
+    )
+    if report.failures:
+        print(f"{len(report.failures)} probes not right: {', '.join(report.failures)}")

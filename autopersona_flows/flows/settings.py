@@ -51,8 +51,10 @@ class AutopersonaSettings(PrefectBaseSettings):
             or ``postgresql://user:password@host:port/db`` for the PostgreSQL store
             (the ``postgres`` extra); ``$PREFECT_HOME/autopersona/memory`` if unset.
             Every worker that runs graphs for a user must reach it.
-        embedder: ``hashing`` (default, no download), ``minilm`` (the extra) or
-            ``package.module:attr``. Must be what the store was written with.
+        embedder: ``semantic`` (default: the sentence encoder shipped in the package,
+            nothing downloaded), ``hashing`` (no model), ``minilm`` (the extra) or
+            ``package.module:attr``. Must be what the store was written with (the
+            default embeds a bank written by another again, in memory).
         policy: ``evidence`` (default, no LLM), ``openai`` (an OpenAI-compatible
             server, see the ``llm_*`` settings) or ``package.module:attr`` naming a
             `Policy` or a factory of one.

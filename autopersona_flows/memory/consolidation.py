@@ -10,8 +10,10 @@ A choice is what follows a choice verb ("chose", "picked", "booked", "went
 with", ...) in the text of a task's trace, outcome or insight (structured steps
 are left out), up to the end of its clause, without the words of the task's own
 request. It is promoted when it recurs in at least ``min_repeats`` tasks of one
-kind: tasks whose requests are for the same thing, by their head ("flight" of
-"book a flight to Rome" and of "flights to Oslo, please"; not "book a table").
+kind: tasks whose requests are for the same thing, by their head and what it is of
+("flight" of "book a flight to Rome" and of "flights to Oslo, please"; not "book a
+table"; "hotel budget" of "Set a monthly hotel budget", not a grocery budget). Words
+that say how a choice was made ("the new one, actually") are never what was chosen.
 """
 
 from __future__ import annotations
@@ -51,11 +53,41 @@ class _Task:
     surface: dict[str, str]  # root -> the word as written, the latest choice first
 
 
+# A request's first word when it is an order, not what the task is for ("Set a monthly
+# hotel budget" is for a hotel budget).
+_ORDERS = frozenset(
+    "book find get set plan order buy schedule arrange make create send draft write pick "
+    "choose reserve rent hire renew pay sort update add organise organize need".split()
+)
+# Words that tell how a choice was said, never what was chosen ("the new one actually").
+_NOT_CHOSEN = frozenset(
+    content_roots(
+        "actually new now again instead still just really also another same usual one ones "
+        "different other first last next option thing done set"
+    )
+)
+
+
+def _kind(query: str) -> str | None:
+    """What a request is for: its head and the words before it that say of what.
+
+    "book a flight to Rome" and "flights to Oslo, please" are for a flight; "Set a
+    monthly hotel budget" is for a hotel budget, not a grocery budget.
+    """
+    tokens = words(query)
+    if tokens and tokens[0] in _ORDERS:
+        query = query.split(maxsplit=1)[1] if len(query.split()) > 1 else ""
+    read = phrase(query)
+    if read.head is None:
+        return None
+    return " ".join([*sorted(read.subject), read.head])
+
+
 def _task(record: MemoryRecord) -> _Task | None:
     content = record.content
     if not isinstance(content, TrajectoryMemory):
         return None
-    kind = phrase(content.query).head
+    kind = _kind(content.query)
     # Text only: in structured steps ({"booked": true, "time": "20:00"}) keys and
     # values cannot be told from choices.
     told = " . ".join(
@@ -73,7 +105,7 @@ def _task(record: MemoryRecord) -> _Task | None:
         for word in words(choice):
             for found in content_roots(word):
                 surface.setdefault(found, word)
-    chosen = frozenset(surface) - content_roots(content.query)
+    chosen = frozenset(surface) - content_roots(content.query) - _NOT_CHOSEN
     return _Task(record, content.query, kind, choices, chosen, surface) if chosen and kind else None
 
 
@@ -172,7 +204,8 @@ def _promote(updater: MemoryUpdater, user_id: str, group: _Group) -> UpdateDecis
         for root, word in task.surface.items():
             said.setdefault(root, word)
     query = latest.query
-    subject = next((w for w in words(query) if group.kind in content_roots(w)), group.kind)
+    head = group.kind.split()[-1]
+    subject = next((w for w in words(query) if head in content_roots(w)), head)
     topic = " ".join([subject, *(said[root] for root in sorted(group.attributes))])
     memory = PersonaMemory(
         topic=topic,

@@ -226,8 +226,10 @@ def default_embedder() -> Embedder:
 
 
 def get_embedder(spec: str) -> Embedder:
-    """Return an embedder by name: ``"semantic"`` (the default, the shipped
-    `SentenceEncoder`), ``"hashing"``, ``"minilm"``, or ``"package.module:attr"``.
+    """Return an embedder by name.
+
+    Names: ``"semantic"`` (the default, the shipped `SentenceEncoder`), ``"hashing"``,
+    ``"minilm"``, or ``"package.module:attr"``.
 
     An import path may name an embedder instance or a class or factory called
     without arguments.

@@ -113,8 +113,7 @@ class SentenceEncoder:
             self.dim: int = int(manifest["dim"])
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise EmbedderError(
-                f"{self.folder} holds no readable encoder.json ({exc}); reinstall "
-                "autopersona-flows"
+                f"{self.folder} holds no readable encoder.json ({exc}); reinstall autopersona-flows"
             ) from exc
         self._manifest = manifest
         self._session: _Session | None = None

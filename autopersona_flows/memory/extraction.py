@@ -16,7 +16,7 @@ from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
-from autopersona_flows.memory.phrases import phrase
+from autopersona_flows.memory.phrases import phrase, value_kinds
 from autopersona_flows.memory.records import PersonaMemory, RawTaskRecord, UtcDatetime
 from autopersona_flows.memory.slots import same_slot
 from autopersona_flows.memory.text import normalise
@@ -27,9 +27,12 @@ __all__ = [
     "Extractor",
     "RuleExtractor",
     "bounded",
+    "fact",
     "first_person",
+    "is_question",
     "names_secret",
     "person_texts",
+    "statement",
 ]
 
 
@@ -134,6 +137,64 @@ _BY_VERB = {
 }
 
 
+# "How do I use SharePoint?", "can you find me...": the person asks, states nothing.
+_QUESTION = re.compile(
+    r"\?\s*$|^\s*(?:how|what|why|when|where|which|who|whose|can you|could you|would you|"
+    r"will you|do you|does|did you|is there|are there|any (?:ideas|tips|suggestions))\b",
+    re.IGNORECASE,
+)
+# What the person did or has that is theirs to keep ("finally got my MSc", "ran the
+# half in 1:52"), read when it names what and holds a value of a shape, or a thing.
+_ACHIEVED = re.compile(
+    rf"(?:{_I}{_ADVERBS}\s+|^\s*(?:(?:just|finally|also|so|and)\s+)*(?=\w+\s+my\b))"
+    r"(?P<verb>got|finished|completed|passed|ran|bought|graduated|earned|"
+    r"joined|started|qualified|signed up for|switched to|upgraded to|weigh|drive|own|speak|"
+    r"play|work as|work at|work for|study|studied)\b(?P<rest>[^.!?;]*)",
+    re.IGNORECASE,
+)
+# "I'm always a 39 in running shoes", "I'm an L in everything": a size, and of what.
+_SIZED = re.compile(
+    r"\b(?:i'm|i am)\s+(?:(?:always|usually|normally|generally|basically)\s+)?(?:a|an)\s+"
+    r"(?P<value>(?:size\s+)?[\w.+/-]{1,6})\s+(?:in|for)\s+(?P<what>[a-z][\w -]{2,30})",
+    re.IGNORECASE,
+)
+# Words a statement's object is never about: times, moods, fillers ("3 weeks ago",
+# "I'm sure", "I'm looking for...").
+_NOT_TOPICS = frozenset(
+    "ago sure looking going trying thinking wondering hoping planning glad happy sorry "
+    "excited time times day days week weeks month months year years today tomorrow "
+    "yesterday tonight lot lots bit way ways thing things stuff one kind sort fine okay "
+    "good great well back moment minute minutes second idea ideas luck fun deal point "
+    "course chance".split()
+)
+
+
+# A statement about the person: they are in it ("I", "my"), it is not a request to
+# the assistant, and it says something lasting: a preference or change cue, or a value
+# of a shape ("new rule for all my figures: viridis from now on", "drop-off is 8 now").
+_SELF = re.compile(r"\b(?:i|i'm|i've|i'd|i'll|my|me|mine|we|we're|we've|our|us)\b", re.I)
+_REQUEST = re.compile(
+    r"^\s*(?:(?:ok|okay|so|and|also|hey|hi|right|ugh|oh)\b[\s,!-]*)*(?:can|could|would|will)\s+"
+    r"(?:you|u)\b|^\s*(?:(?:ok|okay|so|and|also|hey|hi|right|ugh|oh)\b[\s,!-]*)*(?:please|pls|"
+    r"help|remind|find|book|write|draft|make|give|tell|show|send|add|check|plan|sort|suggest|"
+    r"recommend|set|order|search|look|let's|lets|need (?:some|a few|ideas|help|you)|"
+    r"(?:i|we)\s+(?:need|want|would like|'d like)|i'd like|i'm looking for|get me|book me)\b",
+    re.IGNORECASE,
+)
+_LASTING = re.compile(
+    r"\b(?:always|never|usually|normally|generally|prefer|preferably|from now on|new rule|"
+    r"these days|nowadays|now|any ?more|no more|no longer|only|can't|cannot|don't|hate|love|"
+    r"rule|every|each|anything but|instead|switched|gave up|stopped|started|allergic|"
+    r"intolerant|favourite|favorite)\b",
+    re.IGNORECASE,
+)
+
+
+def is_question(sentence: str) -> bool:
+    """Whether ``sentence`` asks something rather than states it."""
+    return bool(_QUESTION.search(sentence))
+
+
 def names_secret(text: str) -> bool:
     """Whether ``text`` names a secret (a PIN, a password, a card number...)."""
     return bool(_SECRET.search(text))
@@ -182,7 +243,14 @@ class RuleExtractor:
         known = {normalise(item.preference) for item in record.persona}
         for text in person_texts(record):
             for sentence in _SENTENCE.split(text):
-                memory = first_person(sentence) or bounded(sentence, at)
+                if is_question(sentence):
+                    continue
+                memory = (
+                    first_person(sentence)
+                    or fact(sentence)
+                    or bounded(sentence, at)
+                    or statement(sentence)
+                )
                 if memory is None or normalise(memory.preference) in known:
                     continue
                 if any(normalise(memory.preference) in k for k in known):
@@ -204,7 +272,7 @@ def first_person(sentence: str) -> PersonaMemory | None:
     A sentence naming a secret (a PIN, a password, a card number) states nothing.
     """
     sentence = sentence.strip()
-    if names_secret(sentence):
+    if names_secret(sentence) or is_question(sentence):
         return None
     said = sentence.rstrip(".!?; ")
     mine = _MY.search(sentence)
@@ -222,6 +290,54 @@ def first_person(sentence: str) -> PersonaMemory | None:
         return _theirs(sentence, said)
     topic = _BY_VERB.get(found.group("verb").casefold()) or _object_topic(found.group("rest"))
     return None if topic is None else PersonaMemory(topic=topic, preference=said)
+
+
+def fact(sentence: str) -> PersonaMemory | None:
+    """A fact the person states about themselves, if it names what it is about.
+
+    "I'm always a 39 in running shoes" gives topic "running shoes size"; "finally
+    got my MSc in public health" and "ran the half in 1:52" give their object
+    ("MSc", "half"), the sentence as it was said being the value. Questions and
+    secrets state nothing.
+    """
+    sentence = sentence.strip()
+    if is_question(sentence) or names_secret(sentence):
+        return None
+    said = sentence.rstrip(".!?; ")
+    sized = _SIZED.search(sentence)
+    if sized:
+        what = _OBJECT_END.sub("", sized.group("what")).strip()
+        if what and what.split()[-1].casefold() not in _NOT_TOPICS:
+            return PersonaMemory(topic=f"{what} size", preference=said)
+    achieved = _ACHIEVED.search(sentence)
+    if achieved is None:
+        return None
+    topic = _object_topic(achieved.group("rest"))
+    return None if topic is None else PersonaMemory(topic=topic, preference=said)
+
+
+def statement(sentence: str) -> PersonaMemory | None:
+    """A lasting statement the person makes about themselves, as they said it.
+
+    The last reading of a sentence no pattern above took: the person is in it, it
+    asks and requests nothing, and it says something lasting (a preference or change
+    cue, or a value of a shape). Its topic is what it is about; the sentence is the
+    value, for the judge to read.
+    """
+    sentence = sentence.strip()
+    if (
+        len(sentence.split()) < 4
+        or is_question(sentence)
+        or names_secret(sentence)
+        or _REQUEST.search(sentence)
+        or not _SELF.search(sentence)
+        or not (_LASTING.search(sentence) or value_kinds(sentence) - {"name"})
+    ):
+        return None
+    self_at = _SELF.search(sentence)
+    assert self_at is not None
+    topic = _object_topic(sentence[self_at.end() :]) or _object_topic(sentence)
+    return None if topic is None else PersonaMemory(topic=topic, preference=sentence.rstrip(".!;"))
 
 
 def bounded(sentence: str, at: datetime) -> PersonaMemory | None:
@@ -283,4 +399,5 @@ def _object_topic(rest: str) -> str | None:
     read = phrase(_MANNER.sub("", _OBJECT_END.sub("", rest).strip()))
     if read.head is None or read.asks:
         return None
-    return read.surface.get(read.head, read.head)
+    topic = read.surface.get(read.head, read.head)
+    return None if topic.casefold() in _NOT_TOPICS else topic

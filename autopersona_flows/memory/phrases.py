@@ -104,7 +104,8 @@ _PREFERENCE_CUES = _set(
 
 # "No longer", "stopped", "quit": what follows is not true any more.
 CESSATION = re.compile(
-    r"\b(?:no longer|not any ?more|any ?more|no more|stopped|quit|quitting|gave up|given up"
+    r"\b(?:no longer|not any ?more|any ?more|no more(?! than)|stopped|quit|quitting"
+    r"|gave up|given up"
     r"|cut out|cut \w+ out|dropped|done with|(?<!\bbe )(?<!\bget )(?<!'m )(?<!am )(?<!got )used to"
     r"|formerly|previously|deleted|cancell?ed"
     r"|uninstalled|ditched|sold|moved away|gone off|went off"
@@ -516,7 +517,9 @@ _WEAK_ROOTS = frozenset(root(word) for word in _WEAK_HEADS)
 _PREFERENCE_CUE_ROOTS = frozenset(root(word) for word in _PREFERENCE_CUES)
 _REJECTING_ROOTS = frozenset(
     root(word)
-    for word in "free avoidance allergy allergies allergic intolerance intolerant ban banned".split()
+    for word in (
+        "free avoidance allergy allergies allergic intolerance intolerant ban banned"
+    ).split()
 )
 QUALIFIER_ROOTS = frozenset(root(word) for word in _QUALIFIERS)
 _KIN_ROOTS = tuple(frozenset(root(word) for word in group) for group in _KIN)

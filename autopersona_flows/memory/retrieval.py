@@ -21,7 +21,7 @@ import numpy as np
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from autopersona_flows.errors import RetrievalError
-from autopersona_flows.memory.embedders import Embedder, default_embedder, check_vectors
+from autopersona_flows.memory.embedders import Embedder, check_vectors, default_embedder
 from autopersona_flows.memory.index import BankIndex, Scoring, TimeView
 from autopersona_flows.memory.protocol import ChangeSet, MemoryStore
 from autopersona_flows.memory.records import LAYERS, LayerContent, MemoryLayer, MemoryRecord
@@ -185,7 +185,7 @@ class _Unset:
 _UNSET = _Unset()
 
 
-def _half_life(asked: timedelta | None | _Unset, default: timedelta | None) -> timedelta | None:
+def _half_life(asked: timedelta | _Unset | None, default: timedelta | None) -> timedelta | None:
     """The half life a retrieval weighs recency with: asked, or the retriever's."""
     return default if isinstance(asked, _Unset) else asked
 
@@ -264,7 +264,7 @@ class MemoryRetriever:
         distinct_per_label: bool = False,
         as_of: datetime | None = None,
         include_past: bool = False,
-        recency_half_life: timedelta | None | _Unset = _UNSET,
+        recency_half_life: timedelta | _Unset | None = _UNSET,
     ) -> MemoryBundle:
         """Run ``searches`` over the user's bank and return what they found.
 

@@ -43,6 +43,13 @@ class Part:
 
 
 _STRONG = r"when|whenever|if|while|whilst|unless|during"
+# Times that open a value without a preposition: "weekdays it's 6am", "summer: a
+# convertible", "mornings decaf".
+_TIMES = (
+    r"week ?days?|week ?ends?|week ?nights?|mornings?|afternoons?|evenings?|nights?|"
+    r"summer|winter|spring|autumn|fall|term time|school holidays|holidays|"
+    r"mondays?|tuesdays?|wednesdays?|thursdays?|fridays?|saturdays?|sundays?"
+)
 _WEAK = r"on|for|with|in|at|before|after"
 _GENERAL = re.compile(
     r"^(?:otherwise|else|in general|generally|normally|usually|by default|default"
@@ -75,7 +82,9 @@ _TRAILING_STRONG = re.compile(
 _TRAILING_WEAK = re.compile(
     rf"^(?P<rest>.+?)\s+(?:{_WEAK})\s+(?P<situation>[^,]{{2,60}})$", re.IGNORECASE
 )
-_LEADING_WEAK = re.compile(rf"^\s*(?:{_WEAK})\s+(?P<tail>.+)$", re.IGNORECASE)
+_LEADING_WEAK = re.compile(
+    rf"^\s*(?:(?:{_WEAK})\s+(?=.)|(?=(?:{_TIMES})\b))(?P<tail>.+)$", re.IGNORECASE
+)
 # Where a main clause starts after a leading condition without a comma: "when I fly
 # for work I want the aisle", "for work trips the aisle".
 _IMPERATIVES = (
@@ -91,7 +100,7 @@ _MAIN = re.compile(
 # object ("on weekends I sleep till 9", "for work trips the aisle"), not before a cue
 # ("with oat milk please").
 _SUBJECT = re.compile(
-    rf"\s(?=(?:i|we|she|he|they|i'd|i'll|i'm|the|a|an|my|no|{_IMPERATIVES})\b)",
+    rf"\s(?=(?:i|we|she|he|they|i'd|i'll|i'm|it's|it|the|a|an|my|no|{_IMPERATIVES})\b)",
     re.IGNORECASE,
 )
 
@@ -115,7 +124,7 @@ def situated(text: str) -> tuple[Part, ...]:
     marked = any(_GENERAL.match(piece) or _GENERAL_TAIL.search(piece) for piece in pieces)
     # Parallel parts are short: "aisle on work trips, window with the kids".
     short = all(len(piece.split()) <= _PARALLEL_WORDS for piece in pieces)
-    if len(pieces) > 1 and (situations >= 2 and short or (situations and marked)):
+    if len(pieces) > 1 and ((situations >= 2 and short) or (situations and marked)):
         parts = contrasted
     else:
         pieces = [

@@ -34,7 +34,7 @@ from autopersona_flows.memory.phrases import (
 )
 from autopersona_flows.memory.text import normalise
 
-__all__ = ["adds_value", "announces_change", "ends", "replaces", "same_slot"]
+__all__ = ["adds_value", "announces_change", "ended_things", "ends", "replaces", "same_slot"]
 
 # "Also", "as well", "too" at a clause's end ("shellfish too"), not "too noisy".
 _ADDING = re.compile(
@@ -100,6 +100,16 @@ def ends(preference: str, topic: str) -> bool:
         if ended is not None and ended in wanted:
             return True
     return False
+
+
+def ended_things(preference: str) -> list[str]:
+    """What ``preference`` says stopped, as said: "eating meat" of "I stopped eating meat"."""
+    found = []
+    for match in CESSATION.finditer(preference.casefold()):
+        thing = _AFTER_END.sub("", preference[match.end() :]).strip(" :-")
+        if content_roots(thing):
+            found.append(thing)
+    return found
 
 
 # Where what an end is announced of stops: the clause, a time, a reason.

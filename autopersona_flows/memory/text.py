@@ -24,7 +24,15 @@ import snowballstemmer
 
 from autopersona_flows.memory.records import LayerContent, PersonaMemory, TrajectoryMemory
 
-__all__ = ["hashing_terms", "json_text", "memory_text", "normalise", "stem", "terms"]
+__all__ = [
+    "hashing_terms",
+    "json_text",
+    "memory_text",
+    "normalise",
+    "stem",
+    "terms",
+    "trace_text",
+]
 
 _WORD = re.compile(r"[^\W_]+")  # underscores split words: "delivery_address"
 _WORD_V1 = re.compile(r"\w+")
@@ -126,6 +134,27 @@ def json_text(value: Any) -> str:
     return " ".join(parts)
 
 
+def trace_text(trace: list[Any]) -> str:
+    """A task's trace as text.
+
+    A chat message reads as ``role: text`` (its time and keys left out, see
+    `chat_sessions`), any other step as `json_text` reads it.
+    """
+    lines = []
+    for step in trace:
+        said = _said(step)
+        lines.append(said if said is not None else json_text(step))
+    return " ".join(line for line in lines if line)
+
+
+def _said(step: Any) -> str | None:
+    if isinstance(step, dict) and isinstance(step.get("role"), str):
+        text = step.get("text", step.get("content"))
+        if isinstance(text, str):
+            return f"{step['role']}: {text}"
+    return None
+
+
 def memory_text(content: LayerContent) -> str:
     """Return the searchable text of a memory's content: what gets embedded and indexed."""
     if isinstance(content, PersonaMemory):
@@ -138,7 +167,7 @@ def memory_text(content: LayerContent) -> str:
     if isinstance(content, TrajectoryMemory):
         parts = (
             content.query,
-            json_text(content.trace),
+            trace_text(content.trace),
             json_text(content.outcome),
             content.insight,
         )

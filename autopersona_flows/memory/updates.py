@@ -35,7 +35,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from autopersona_flows.errors import EmbedderError, ResolverError
-from autopersona_flows.memory.embedders import Embedder, default_embedder, check_vectors
+from autopersona_flows.memory.embedders import Embedder, check_vectors, default_embedder
+from autopersona_flows.memory.encoders import shared_encoder
 from autopersona_flows.memory.protocol import MemoryStore
 from autopersona_flows.memory.provenance import Provenance
 from autopersona_flows.memory.records import (
@@ -53,7 +54,7 @@ from autopersona_flows.memory.retrieval import (
     SearchRequest,
     check_top_k,
 )
-from autopersona_flows.memory.slots import adds_value, ends, replaces, same_slot
+from autopersona_flows.memory.slots import adds_value, ended_things, ends, replaces, same_slot
 from autopersona_flows.memory.text import memory_text, normalise
 from autopersona_flows.memory.users import check_user_id
 
@@ -194,7 +195,7 @@ class HeuristicResolver:
         for memory_id, old in persona:
             if not same_slot(new.topic, old.topic):
                 continue
-            if new.request and old.request and normalise(new.request) != normalise(old.request):
+            if new.request and old.request and not _same_situation(new.request, old.request):
                 continue  # answered for another request: both hold, each for its own
             if normalise(old.preference) == normalise(new.preference):
                 return UpdateDecision(
@@ -219,6 +220,15 @@ class HeuristicResolver:
                     content=new,
                     reason=f"no longer holds: {new.preference!r}",
                 )
+        index = _ended_by_meaning(new, [old for _, old in persona])
+        if index is not None:
+            memory_id = persona[index][0]
+            return UpdateDecision(
+                operation="update",
+                target_id=memory_id,
+                content=new,
+                reason=f"no longer holds, in other words: {new.preference!r}",
+            )
         for memory_id, old in persona:
             if replaces(new.topic, new.preference, old.topic, old.preference) or replaces(
                 old.topic, old.preference, new.topic, new.preference
@@ -230,6 +240,56 @@ class HeuristicResolver:
                     reason=f"changed, in other words: {new.preference!r}",
                 )
         return None
+
+
+_SAME_SITUATION = 0.7
+"""The cosine from which two requests an answer was given for are one situation: "the
+client pitch in Leeds" and "the client pitch in York" are; a hen do is not."""
+
+
+def _same_situation(new: str, old: str) -> bool:
+    """Whether answers given for these two requests are for one situation.
+
+    For one, the newer replaces the older as a change of mind; for two, both are kept.
+    """
+    if normalise(new) == normalise(old):
+        return True
+    encoder = shared_encoder()
+    first, second = encoder.embed([new, old])
+    return float(first @ second) >= _SAME_SITUATION
+
+
+_ENDS = 0.35
+"""The cosine from which what a statement says stopped ("eating meat") covers an older
+preference ("dinner order: steak frites"): the same thing, in other words."""
+_ENDS_MARGIN = 0.15
+"""How much nearer it must be than any other preference: an end is never guessed."""
+
+
+def _ended_by_meaning(new: PersonaMemory, olds: list[PersonaMemory]) -> int | None:
+    """The older preference whose value a statement of an end covers in meaning, if one.
+
+    "I stopped eating meat" under "diet" ends "dinner order: steak frites": no word
+    is shared, the meaning is (the shipped sentence encoder). Only values that are not
+    themselves an end, and only the closest.
+    """
+    things = ended_things(new.preference)
+    values = [
+        (i, f"{old.topic}: {old.preference}")
+        for i, old in enumerate(olds)
+        if not ended_things(old.preference)
+    ]
+    if not things or not values:
+        return None
+    encoder = shared_encoder()
+    near = (encoder.embed([text for _, text in values]) @ encoder.embed(things).T).max(axis=1)
+    order = near.argsort()[::-1]
+    best = float(near[order[0]])
+    runner_up = float(near[order[1]]) if len(order) > 1 else 0.0
+    # Only a clear one: what ended is near it, and nearer than to any other value.
+    if best >= _ENDS and best - runner_up >= _ENDS_MARGIN:
+        return values[int(order[0])][0]
+    return None
 
 
 def embed_records(
@@ -360,8 +420,12 @@ class MemoryUpdater:
             searches = [SearchRequest(layer=layer, query=memory_text(content))]
             if isinstance(content, PersonaMemory):
                 # The topic alone finds the preference this one may replace even when
-                # the full text ranks other memories higher.
-                searches.append(SearchRequest(layer=layer, query=content.topic))
+                # the full text ranks other memories higher; what it says ended
+                # ("caffeine") finds what that ends, under another topic.
+                searches += [
+                    SearchRequest(layer=layer, query=text)
+                    for text in (content.topic, *ended_things(content.preference))
+                ]
             # What still held when the content was said, whenever it was said itself:
             # a backfilled statement meets both what it may replace and what came later.
             said = when.at or datetime.now(UTC)

@@ -348,11 +348,13 @@ def test_later_answers_within_the_margin_do_not_drift_away_from_the_clearest(
 ) -> None:
     # 1.0, then 0.9 (within the margin of 0.1: it replaces), then 0.8: within the
     # margin of 0.9 but not of the clearest; compared step by step it would win.
+    # Three topics, three slots: a later value on the same topic would replace them all.
     strengths = {"aisle": 1.0, "window": 0.9, "middle": 0.8}
+    topics = {"aisle": "seat", "window": "flight seat", "middle": "seat on planes"}
     remember(
         store,
         "ada",
-        *(PersonaMemory(topic="seat", preference=value) for value in strengths),
+        *(PersonaMemory(topic=topics[value], preference=value) for value in strengths),
     )
 
     def verdicts(candidates: dict) -> dict:
@@ -369,7 +371,7 @@ def test_later_answers_within_the_margin_do_not_drift_away_from_the_clearest(
             for name, memories in candidates.items()
         }
 
-    decision = ask(store, SEAT, policy=EvidencePolicy(judge=_Judge(verdicts)))
+    decision = ask(store, SEAT, policy=EvidencePolicy(margin=0.1, judge=_Judge(verdicts)))
     assert isinstance(decision, FinalDecision)
     (constraint,) = [c for c in decision.constraints if c.requirement]
     assert constraint.value == "window"

@@ -38,7 +38,8 @@ from autopersona_flows.flows import (
     store_from_settings,
 )
 from autopersona_flows.flows.runtime import current_runtime
-from autopersona_flows.memory import HashingEmbedder, JsonlMemoryStore, MemoryBank, PersonaMemory
+from autopersona_flows.memory import JsonlMemoryStore, MemoryBank, PersonaMemory
+from autopersona_flows.memory.encoders import shared_encoder
 
 PREFIX = "PREFECT_INTEGRATIONS_AUTOPERSONA_"
 FIELDS = [name.upper() for name in AutopersonaSettings.model_fields]
@@ -113,7 +114,7 @@ def test_store_and_snapshots_default_under_prefect_home(tmp_path: Path) -> None:
     assert store.root == home / "autopersona" / "memory"
     assert (settings.store, settings.snapshots, settings.results) == (None, None, None)
     assert (settings.embedder, settings.policy, settings.pause_mode) == (
-        "hashing",
+        "semantic",
         "evidence",
         "auto",
     )
@@ -173,7 +174,7 @@ def test_the_runtime_carries_the_settings_and_an_agent_over_the_store(
     assert (runtime.user_id, runtime.episode_id) == (None, None)
     agent = runtime.agent
     assert isinstance(agent.policy, EvidencePolicy)
-    assert isinstance(agent.retriever.embedder, HashingEmbedder)
+    assert agent.retriever.embedder is shared_encoder()  # the default: the shipped encoder
     assert isinstance(agent.retriever.store, JsonlMemoryStore)
     assert agent.retriever.store.root == tmp_path / "memory"
     assert agent.updater.store is agent.retriever.store

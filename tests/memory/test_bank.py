@@ -11,7 +11,6 @@ import pytest
 
 from autopersona_flows import MemoryBank as TopLevelMemoryBank
 from autopersona_flows.errors import ConfigurationError, MemoryBankError, MemoryStoreError
-from autopersona_flows.memory.encoders import shared_encoder
 from autopersona_flows.memory import (
     ExtractedMemory,
     HashingEmbedder,
@@ -24,6 +23,7 @@ from autopersona_flows.memory import (
     SearchRequest,
     TrajectoryMemory,
 )
+from autopersona_flows.memory.encoders import shared_encoder
 
 TONE = SearchRequest(layer="persona", query="which tone should I write in?")
 

@@ -107,6 +107,27 @@ def test_choices_in_tasks_of_different_kinds_or_too_few_are_not_promoted(
         promote_choices(updater, "ada", min_repeats=1)
 
 
+def test_tasks_for_another_thing_of_one_kind_and_how_a_choice_was_said_are_no_habit(
+    updater: MemoryUpdater,
+) -> None:
+    """ "Set a monthly X budget" for ten X is no hotel budget; "the new one, actually" no choice."""
+    remember(
+        updater,
+        [
+            (f"Set a monthly {thing} budget", [f"chose {amount}"], "")
+            for thing, amount in (("grocery", "£400"), ("hotel", "£400"), ("fuel", "£400"))
+        ],
+    )
+    remember(
+        updater,
+        [
+            (f"order {n} printer ink", ["picked the new one actually"], "")
+            for n in ("black", "colour", "photo")
+        ],
+    )
+    assert promote_choices(updater, "ada") == []
+
+
 def test_the_assistants_own_tools_and_other_kinds_of_booking_are_no_choices(
     updater: MemoryUpdater,
 ) -> None:

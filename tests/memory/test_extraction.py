@@ -22,7 +22,7 @@ from autopersona_flows.memory import (
     ingest_task_history,
     valid_until,
 )
-from autopersona_flows.memory.extraction import first_person
+from autopersona_flows.memory.extraction import fact, first_person, statement
 
 WEDNESDAY = datetime(2025, 1, 8, 15, 0, tzinfo=UTC)
 DAY = timedelta(days=1)
@@ -296,3 +296,46 @@ def test_an_extractor_returning_nonsense_writes_nothing(
     with pytest.raises(IngestionError, match=problem):
         ingest_task_history(store, MemoryUpdater(store), record, extractor=_Nonsense(items))  # type: ignore[arg-type]
     assert store.users() == []
+
+
+@pytest.mark.parametrize(
+    ("sentence", "topic"),
+    [
+        ("ok cool, I'm always a 39 in running shoes", "running shoes size"),
+        ("he's fine but I'm an L in everything", "everything size"),
+        ("finally got my MSc in public health", "msc"),
+        ("I ran the half in 1:52 last weekend", "half"),
+        ("just bought my first road bike, a Canyon", "bike"),
+    ],
+)
+def test_facts_people_state_about_themselves_become_memories(sentence: str, topic: str) -> None:
+    memory = fact(sentence)
+    assert memory is not None
+    assert memory.topic == topic
+    assert memory.preference == sentence
+
+
+@pytest.mark.parametrize(
+    "sentence",
+    [
+        "How do I use SharePoint for the team?",
+        "what's a good budget for Rome",
+        "can you find me a cheaper flight",
+        "I started 3 weeks ago",  # a time is no topic
+        "I'm looking for a new job",
+        "I'm sure",
+    ],
+)
+def test_questions_and_fillers_are_no_memories(sentence: str) -> None:
+    assert first_person(sentence) is None
+    assert fact(sentence) is None
+    assert statement(sentence) is None
+
+
+def test_a_lasting_statement_is_kept_as_said() -> None:
+    said = "right, new rule for all my figures: viridis colour map from now on"
+    memory = statement(said)
+    assert memory is not None
+    assert memory.preference == said
+    assert statement("I need a flight to Rome on Friday") is None  # a request
+    assert statement("thanks so much, that was great") is None

@@ -258,3 +258,22 @@ def test_the_updater_and_its_retriever_must_share_the_store(store: JsonlMemorySt
         MemoryUpdater(store, retriever=MemoryRetriever(JsonlMemoryStore(store.root)))
     with pytest.raises(Exception, match="must be the same"):
         MemoryUpdater(store, HashingEmbedder(dim=64), retriever=MemoryRetriever(store))
+
+
+def test_an_end_said_in_other_words_ends_what_it_names(store: JsonlMemoryStore) -> None:
+    """ "I quit caffeine" under another topic ends "coffee order: flat white"; nothing else."""
+    updater = MemoryUpdater(store)
+    coffee = updater.update(
+        "ada", "persona", PersonaMemory(topic="coffee order", preference="large flat white")
+    )
+    shoes = updater.update("ada", "persona", PersonaMemory(topic="shoes", preference="size 39"))
+    ended = updater.update(
+        "ada", "persona", PersonaMemory(topic="health", preference="I quit caffeine in May")
+    )
+    assert (ended.operation, ended.target_id) == ("update", coffee.record.id)
+    assert "no longer holds" in ended.reason
+    assert store.get("ada", "persona", shoes.record.id).content.preference == "size 39"
+    unrelated = updater.update(
+        "ada", "persona", PersonaMemory(topic="music", preference="stopped going to gigs")
+    )
+    assert unrelated.operation == "add"  # an end of nothing the bank holds ends nothing

@@ -44,10 +44,13 @@ def lines(path: str | Path) -> Iterator[tuple[int, bytes]]:
             yield number, line
 
 
-def cases_kind(path: str | Path) -> Literal["judgement", "clarification", "timeline"]:
+def cases_kind(
+    path: str | Path,
+) -> Literal["judgement", "clarification", "timeline", "situations", "chats"]:
     """Which evaluation a cases file is for.
 
-    A memory-over-time case has ``sessions``; a clarification set's cases have no
+    A context-dependent episode has ``rounds``; a long-term chat case ``probes``; a
+    memory-over-time case ``sessions``; a clarification set's cases have no
     ``expect``; the rest are judgement cases.
 
     Only the first case is looked at; whichever reader then runs checks every line.
@@ -60,6 +63,10 @@ def cases_kind(path: str | Path) -> Literal["judgement", "clarification", "timel
             first = _json.loads(line)
         except _json.JSONDecodeError:
             return "judgement"  # its reader reports the line
+        if isinstance(first, dict) and "rounds" in first:
+            return "situations"
+        if isinstance(first, dict) and "probes" in first:
+            return "chats"
         if isinstance(first, dict) and "sessions" in first:
             return "timeline"
         return "clarification" if isinstance(first, dict) and "expect" not in first else "judgement"

@@ -43,7 +43,7 @@ from autopersona_flows.agent.evaluation._common import (
     read_cases,
 )
 from autopersona_flows.errors import EvaluationError
-from autopersona_flows.memory.embedders import Embedder, default_embedder, check_vectors
+from autopersona_flows.memory.embedders import Embedder, check_vectors, default_embedder
 from autopersona_flows.memory.protocol import MemoryStore
 from autopersona_flows.memory.records import (
     LAYERS,

@@ -94,7 +94,7 @@ class SituationEpisode(_Model):
             known |= {p.situation for p in self.change.preferences}
             if self.change.at_round >= len(self.rounds):
                 raise ValueError(f"change.at_round {self.change.at_round} is past the rounds")
-        unknown = {r.situation for r in self.rounds} - known - {None}
+        unknown = {r.situation for r in self.rounds if r.situation} - {s for s in known if s}
         if unknown:
             raise ValueError(f"rounds name situations no preference has: {sorted(unknown)}")
         return self
