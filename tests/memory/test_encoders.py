@@ -40,11 +40,24 @@ def test_a_text_gets_the_same_vector_whatever_it_is_embedded_with() -> None:
     assert np.array_equal(alone, among)
 
 
-def test_vectors_are_cached_and_never_shared_writable() -> None:
+def test_vectors_are_cached_and_never_shared_writable(monkeypatch: pytest.MonkeyPatch) -> None:
     encoder = SentenceEncoder(cache=2)
+    session = encoder._loaded()
+    encoded: list[str] = []
+    run = session.encode
+    monkeypatch.setattr(session, "encode", lambda texts: encoded.extend(texts) or run(texts))
     first = encoder.embed(["one"])
     assert np.array_equal(encoder.embed(["one"]), first)
+    assert encoded == ["one"]
     encoder.embed(["two", "three"])  # "one" is evicted, and encoded again alike
+    assert np.array_equal(encoder.embed(["one"]), first)
+    assert encoded == ["one", "two", "three", "one"]
+    encoder.clear_cache()
+    assert np.array_equal(encoder.embed(["one"]), first)
+    assert encoded[-1] == "one"
+    assert len(encoded) == 5
+    again = encoder.embed(["one"])
+    again[0, 0] = 99.0  # the caller's copy: the cache keeps its own
     assert np.array_equal(encoder.embed(["one"]), first)
     assert encoder.embed([]).shape == (0, 384)
 
