@@ -350,7 +350,6 @@ def ask_all(
     """
     key = form_key(questions, where)
     context = FlowRunContext.get()
-    logger = _logger(context)
     asked = [asked_question(node_id, decision) for node_id, decision in questions]
     user_id = _user_of(questions[0][1], context)
     decisions = [decision for _, decision in questions]
@@ -359,36 +358,11 @@ def ask_all(
         and context.flow_run is not None
         and key in (context.flow_run.empirical_policy.pause_keys or set())
     )
-    # Run to completion whatever the flow (see `blocking`): in an async run Prefect's
-    # async implementation, awaited; this code itself is never a coroutine.
     if not fired:  # a resumed run passes here again; its question is already shown
-        blocking(create_markdown_artifact)(
-            markdown=_artifact(questions), key=key, description=_listed(decisions)
-        )
-        where_url = flow_run_url(context.flow_run.id) if context and context.flow_run else None
-        for one, decision in zip(asked, decisions, strict=True):
-            logger.info(
-                "Waiting for an answer before %s: %s%s%s",
-                one.step,
-                decision.question,
-                f" Choices: {', '.join(decision.options)}." if decision.options else "",
-                f" Answer it in the Resume dialog: {where_url}" if where_url else "",
-            )
-        emit_clarification_requested(asked, user_id)
+        _show(questions, asked, key, context, user_id)
     form = questions_form(decisions).with_initial_data(description=_dialog(questions))
     try:
-        if _suspends(runtime):
-            answer = blocking(suspend_flow_run)(
-                wait_for_input=form, timeout=runtime.pause_timeout, key=key
-            )
-        else:
-            answer = blocking(pause_flow_run)(
-                wait_for_input=form,
-                timeout=runtime.pause_timeout,
-                # Prefect types it int, but only sleeps for it: a float works.
-                poll_interval=cast("int", runtime.poll_interval),
-                key=key,
-            )
+        answer = _wait(form, runtime, key)
     except FlowPauseTimeout:
         raise ClarificationTimeoutError(
             f"nobody answered {_listed(decisions)!r} (before "
@@ -398,7 +372,7 @@ def ask_all(
     # would too.
     given = [str(getattr(answer, name)) for name in field_names(decisions)]
     for decision, one_answer in zip(decisions, given, strict=True):
-        logger.info("Answered %r: %r", decision.question, one_answer)
+        _logger(context).info("Answered %r: %r", decision.question, one_answer)
     blocking(create_markdown_artifact)(
         markdown=_artifact(questions, given),
         key=key,
@@ -406,6 +380,51 @@ def ask_all(
     )
     emit_clarification_answered(asked, given, user_id)
     return given
+
+
+def _show(
+    questions: Sequence[tuple[str, ClarifyDecision]],
+    asked: list[AskedQuestion],
+    key: str,
+    context: FlowRunContext | None,
+    user_id: str | None,
+) -> None:
+    """Show the questions: the ``clarify-*`` artifact, a log line each, the event."""
+    decisions = [decision for _, decision in questions]
+    # Run to completion whatever the flow (see `blocking`): in an async run Prefect's
+    # async implementation, awaited; this code itself is never a coroutine.
+    blocking(create_markdown_artifact)(
+        markdown=_artifact(questions), key=key, description=_listed(decisions)
+    )
+    where_url = flow_run_url(context.flow_run.id) if context and context.flow_run else None
+    for one, decision in zip(asked, decisions, strict=True):
+        _logger(context).info(
+            "Waiting for an answer before %s: %s%s%s",
+            one.step,
+            decision.question,
+            f" Choices: {', '.join(decision.options)}." if decision.options else "",
+            f" Answer it in the Resume dialog: {where_url}" if where_url else "",
+        )
+    emit_clarification_requested(asked, user_id)
+
+
+def _wait(form: Any, runtime: PersonaRuntime, key: str) -> Any:
+    """Suspend or pause the run until the form is answered; return the answer.
+
+    Raises:
+        FlowPauseTimeout: If nobody answers within ``pause_timeout``.
+    """
+    if _suspends(runtime):
+        return blocking(suspend_flow_run)(
+            wait_for_input=form, timeout=runtime.pause_timeout, key=key
+        )
+    return blocking(pause_flow_run)(
+        wait_for_input=form,
+        timeout=runtime.pause_timeout,
+        # Prefect types it int, but only sleeps for it: a float works.
+        poll_interval=cast("int", runtime.poll_interval),
+        key=key,
+    )
 
 
 def record_defaults(

@@ -12,16 +12,13 @@ from uuid import UUID
 from prefect.context import FlowRunContext
 from prefect.futures import PrefectFuture, PrefectFutureList
 from prefect.task_runners import ThreadPoolTaskRunner
+from prefect.utilities.annotations import quote
 
-from autopersona_flows.agent.decisions import (
-    ClarifyDecision,
-    FinalDecision,
-    NodeInfo,
-    Requirement,
-)
+from autopersona_flows.agent.decisions import NodeInfo, Requirement
 from autopersona_flows.errors import FlowConfigurationError
 from autopersona_flows.flows.arguments import ToolArguments
-from autopersona_flows.flows.context import AnsweredQuestion, NodeContext
+from autopersona_flows.flows.calls import RunTool, is_async, run_task
+from autopersona_flows.flows.context import NodeContext
 from autopersona_flows.flows.graph import TaskNode
 from autopersona_flows.flows.options import (
     DEFAULT_TASK_OPTIONS,
@@ -29,8 +26,9 @@ from autopersona_flows.flows.options import (
     RunName,
     check_task_options,
 )
+from autopersona_flows.flows.reports import StepCounter
 from autopersona_flows.flows.runtime import current_flow_run_id, current_runtime
-from autopersona_flows.flows.tasks import NodeSteps, StepCounter, episode_of, is_async
+from autopersona_flows.flows.settle import NodePlan, Settler, episode_of
 
 __all__ = ["PersonaTask", "persona_task"]
 
@@ -42,7 +40,7 @@ T = TypeVar("T")
 class _Submitted:
     """The persona runs each flow run submitted and has not seen finish.
 
-    A question waits for them before it pauses or suspends (see `NodeSteps.prepare`),
+    A question waits for them before it pauses or suspends (see `Settler.settle`),
     so a suspended run loses no work in flight.
     """
 
@@ -76,7 +74,7 @@ class PersonaTask(Generic[P, R]):
 
     Called, submitted or mapped inside a ``@flow`` (within `persona_runtime`), it
     first runs the pre-hook in the flow body, where a question may pause or
-    suspend the run: the agent decides (in a kept step, see `NodeSteps.kept`), and while
+    suspend the run: the agent decides (in a kept step, see `Settler.kept`), and while
     something required is missing it asks the person and learns the answer. Then
     the function runs as a Prefect task named after it, given a `NodeContext`
     first. Its result is cached by episode, node and arguments, so a resumed or
@@ -141,18 +139,18 @@ class PersonaTask(Generic[P, R]):
 
         For an ``async def`` function, a coroutine that does this when awaited.
         """
-        steps = self._steps()
+        settler = self._settler()
         arguments = self.arguments.bind(args, kwargs)
         self.arguments.check(arguments, resolved=False)
-        run = self._run_task(steps)
+        run = self._run_task(settler)
         if self.isasync:
-            return cast(R, self._acall(steps, run, arguments))
-        return cast(R, run(**self._prepare(steps, arguments)))
+            return cast(R, self._acall(settler, run, arguments))
+        return cast(R, run(**self._prepare(settler, arguments)))
 
-    async def _acall(self, steps: NodeSteps, run: Any, arguments: dict[str, Any]) -> Any:
+    async def _acall(self, settler: Settler, run: Any, arguments: dict[str, Any]) -> Any:
         # The pre-hook is sync (Prefect tasks and a pause that polls): in a worker
         # thread, so the flow's event loop goes on with other coroutines meanwhile.
-        parameters = await asyncio.to_thread(self._prepare, steps, arguments)
+        parameters = await asyncio.to_thread(self._prepare, settler, arguments)
         return await run(**parameters)
 
     @overload
@@ -169,11 +167,11 @@ class PersonaTask(Generic[P, R]):
         As Prefect's ``Task.submit``, it is sync for ``async def`` functions too, and
         the future's result is the function's result.
         """
-        steps = self._steps(submitted=True)
+        settler = self._settler(submitted=True)
         arguments = self.arguments.bind(args, kwargs)
         self.arguments.check(arguments, resolved=False)
-        run = self._run_task(steps)
-        future: PrefectFuture[Any] = run.submit(**self._prepare(steps, arguments))
+        run = self._run_task(settler)
+        future: PrefectFuture[Any] = run.submit(**self._prepare(settler, arguments))
         _SUBMITTED.add(current_flow_run_id(), [future])
         return future
 
@@ -193,20 +191,20 @@ class PersonaTask(Generic[P, R]):
         pre-hook and the function in steps of its own, keyed by its index, so each
         is cached (and replayed) on its own.
         """
-        steps = self._steps(submitted=True)
+        settler = self._settler(submitted=True)
         elements = self.arguments.expand(args, kwargs)
         for arguments in elements:  # all checked before any runs
             self.arguments.check(arguments, resolved=False)
-        run = self._run_task(steps)
+        run = self._run_task(settler)
         futures: list[PrefectFuture[Any]] = []
         run_id = current_flow_run_id()
         for index, arguments in enumerate(elements):
-            futures.append(run.submit(**self._prepare(steps, arguments, index, futures)))
+            futures.append(run.submit(**self._prepare(settler, arguments, index, futures)))
         _SUBMITTED.add(run_id, futures)  # registered once: each add sweeps what finished
         # Built as Prefect builds it; its Iterator base declares a __next__ it never has.
         return PrefectFutureList(futures)  # type: ignore[abstract]  # see above
 
-    def _steps(self, *, submitted: bool = False) -> NodeSteps:
+    def _settler(self, *, submitted: bool = False) -> Settler:
         runner = getattr(FlowRunContext.get(), "task_runner", None)
         if submitted and runner is not None and not isinstance(runner, ThreadPoolTaskRunner):
             # Its function and arguments live in this process (a graph's tools do not).
@@ -220,55 +218,41 @@ class PersonaTask(Generic[P, R]):
             raise FlowConfigurationError(
                 f"{self.node.id!r} needs a user: use `with persona_runtime(agent, user_id=...)`"
             )
-        return NodeSteps(runtime, episode_of(runtime, None), StepCounter())
+        return Settler(runtime, episode_of(runtime, None), StepCounter())
 
-    def _run_task(self, steps: NodeSteps) -> Any:
-        return steps.run_task(self.node.id, self.fn, self.options)
+    def _run_task(self, settler: Settler) -> Any:
+        storage = self.options.get("result_storage", settler.runtime.result_storage)
+        return run_task(self.node.id, self.fn, storage, self.options, locked=settler.shared)
 
     def _prepare(
         self,
-        steps: NodeSteps,
+        settler: Settler,
         arguments: dict[str, Any],
         element: int | None = None,
         submitted: Sequence[PrefectFuture[Any]] = (),
     ) -> dict[str, Any]:
-        """The pre-hook (in the flow body); returns the run task's parameters.
+        """The pre-hook (in the flow body): settle the node; return its run task's parameters.
 
         A question waits for every persona run submitted before it in this flow run,
         and for ``submitted`` (the elements of a ``.map()`` before this one).
         """
-        runtime = steps.runtime
-        assert runtime.user_id is not None  # _steps checked it
-        info = NodeInfo(id=self.node.id, instruction=self.node.instruction)
-        decision: FinalDecision | ClarifyDecision | None = None
-        answers: list[AnsweredQuestion] = []
-        if steps.may_ask(self.node.requires):
-            decision, answers = steps.prepare(
-                info,
-                requirements=self.node.requires,
-                user_id=runtime.user_id,
-                query=runtime.query,
-                tools=[],
-                in_flight=[*_SUBMITTED.of(current_flow_run_id()), *submitted],
-                element=element,
-            )
-        keyed = steps.run_parameters(
-            info,
-            user_id=runtime.user_id,
-            query=runtime.query,
-            requirements=self.node.requires,
-            decision=decision,
-            answers=answers,
-            inputs={},
-            tools=[],
-            arguments=arguments,
+        runtime = settler.runtime
+        assert runtime.user_id is not None  # _settler checked it
+        plan = NodePlan(
+            NodeInfo(id=self.node.id, instruction=self.node.instruction),
+            self.node.requires,
+            runtime.user_id,
+            runtime.query,
             element=element,
         )
+        settled = settler.settle(
+            plan, in_flight=[*_SUBMITTED.of(current_flow_run_id()), *submitted]
+        )
         return {
-            "episode_id": steps.episode_id,
+            "episode_id": settler.episode_id,
             "node_id": self.node.id,
-            **keyed,
-            **steps.bound(self.fn, self.arguments),
+            **plan.call(settled).parameters({}, arguments=arguments),
+            "tool": quote(RunTool(self.fn, self.arguments)),
         }
 
 

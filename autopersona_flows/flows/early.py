@@ -14,19 +14,13 @@ node needs no decide step of its own once the tools start to compete for the pro
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import NamedTuple
 
-from autopersona_flows import _json
-from autopersona_flows.agent.decisions import (
-    ClarifyDecision,
-    FinalDecision,
-    NodeInfo,
-    Requirement,
-    parse_decision,
-)
+from autopersona_flows.agent.decisions import ClarifyDecision, FinalDecision, Requirement
 from autopersona_flows.flows.context import AnsweredQuestion
 from autopersona_flows.flows.graph import TaskGraph, TaskNode
-from autopersona_flows.flows.tasks import NodeSteps, node_request
+from autopersona_flows.flows.settle import NodePlan, Settled, Settler
 
 __all__ = ["Early", "ask_early", "early_requirements"]
 
@@ -58,77 +52,90 @@ class Early(NamedTuple):
 
     Attributes:
         answers: The questions of each node's requirements answered early.
-        decided: The final decisions of the nodes the check decided with their own
-            request (a node whose one requirement was checked, or whose requirements
-            are all early), if nothing was asked: an answer learned early may
-            change what any node is told.
+        settled: The nodes the check settled with their own request (a node whose
+            one requirement was checked, or whose requirements are all early), if
+            nothing was asked: an answer learned early may change what any node is
+            told.
+        operations: What learning the answers did to memory.
     """
 
     answers: dict[str, list[AnsweredQuestion]]
-    decided: dict[str, FinalDecision]
+    settled: dict[str, Settled]
+    operations: list[dict[str, str]]
 
 
-def ask_early(
-    steps: NodeSteps,
-    graph: TaskGraph,
-    infos: dict[str, NodeInfo],
-    *,
-    user_id: str,
-    query: str,
-    tools: list[str],
-) -> Early:
+def ask_early(settler: Settler, graph: TaskGraph, plans: dict[str, NodePlan]) -> Early:
     """Ask what the graph needs and memory lacks, before any of its tools runs.
 
-    One check step decides each early requirement on its own (a request naming
-    only it), so the agent says for each whether memory holds it; each it asks
-    about is asked now and its answer learned, in steps of the node that declares it
-    first. Nothing is asked if memory holds everything. The step also decides each
-    other node whose requirements are all early (see `Early.decided`). ``infos`` are
-    the graph's nodes as the agent is told of them, by id.
+    One kept step (`Settler.settle_all`) decides each early requirement on its own (a
+    request naming only it), so the agent says for each whether memory holds it;
+    each it asks about is asked now and its answer learned, in steps of the node
+    that declares it first. Nothing is asked if memory holds everything. The step
+    also decides each other node whose requirements are all early (see
+    `Early.settled`). ``plans`` are the graph's nodes as they are settled, by id.
     """
-    checks = early_requirements(graph)
+    checks = {
+        f"{node.id}/{requirement.name}": (node.id, requirement)
+        for node, requirement in early_requirements(graph)
+    }
     if not checks:
-        return Early({}, {})
+        return Early({}, {}, [])
     # Each early requirement on its own, at the first node that declares it; then each
     # other node whose requirements are all early, with its own request.
-    own = {node.id for node, requirement in checks if node.requires == [requirement]}
+    own = {
+        node_id
+        for node_id, requirement in checks.values()
+        if plans[node_id].requirements == [requirement]
+    }
     whole = [
-        node
-        for node in (graph.nodes[node_id] for node_id in graph.order)
-        if node.id not in own and node.requires and all(map(_early, node.requires))
+        node_id
+        for node_id in graph.order
+        if node_id not in own
+        and plans[node_id].requirements
+        and all(map(_early, plans[node_id].requirements))
     ]
-    asked = [(node, [requirement]) for node, requirement in checks]
-    requests = [
-        node_request(infos[node.id], requirements, user_id=user_id, query=query, tools=tools)
-        for node, requirements in [*asked, *((node, node.requires) for node in whole)]
-    ]
-    made = [parse_decision(_json.dumps(raw)) for raw in steps.check_requirements(requests)]
-    checked, rest = made[: len(checks)], made[len(checks) :]
+    requests = {
+        check: replace(plans[node_id], requirements=[requirement])
+        for check, (node_id, requirement) in checks.items()
+    }
+    made = settler.settle_all("check-requirements", requests | {n: plans[n] for n in whole})
     questions = [
         # The request names only this requirement: the question is about it.
-        (node.id, decision.model_copy(update={"requirement": requirement.name}))
-        for (node, requirement), decision in zip(checks, checked, strict=True)
-        if isinstance(decision, ClarifyDecision)
+        (node_id, decision.model_copy(update={"requirement": requirement.name}))
+        for check, (node_id, requirement) in checks.items()
+        if isinstance(decision := made[check], ClarifyDecision)
     ]
-    # The decisions of the nodes' own requests are theirs if nothing was asked: an
-    # answer learned now may change what any node is told.
-    theirs = [(node, d) for (node, _), d in zip(checks, checked, strict=True) if node.id in own]
-    theirs += zip(whole, rest, strict=True)
-    decided = (
-        {}
-        if questions
-        else {node.id: decision for node, decision in theirs if isinstance(decision, FinalDecision)}
-    )
-    answered: dict[str, AnsweredQuestion] = {}  # by requirement name, casefolded
     if questions:
-        given = steps.answers(questions, user_id, [], where="start")
-        for (node_id, decision), answer in zip(questions, given, strict=True):
-            learned = steps.remember(node_id, "-early", user_id, decision, answer)
-            answered[str(decision.requirement).casefold()] = learned
+        return _asked(settler, graph, questions, next(iter(plans.values())).user_id)
+    # The decisions of the nodes' own requests are theirs: nothing was learned.
+    theirs = {node_id: made[check] for check, (node_id, _) in checks.items() if node_id in own}
+    theirs |= {node_id: made[node_id] for node_id in whole}
+    settled = {
+        node_id: Settled(decision, [], [])
+        for node_id, decision in theirs.items()
+        if isinstance(decision, FinalDecision)
+    }
+    return Early({}, settled, [])
+
+
+def _asked(
+    settler: Settler,
+    graph: TaskGraph,
+    questions: list[tuple[str, ClarifyDecision]],
+    user_id: str,
+) -> Early:
+    """Ask ``questions`` in one form and learn the answers; each node gets those of its own."""
+    answered: dict[str, AnsweredQuestion] = {}  # by requirement name, casefolded
+    operations: list[dict[str, str]] = []
+    given = settler.ask(questions, user_id, [], where="start")
+    for (node_id, decision), answer in zip(questions, given, strict=True):
+        learned, operation = settler.remember(node_id, "-early", user_id, decision, answer)
+        answered[str(decision.requirement).casefold()] = learned
+        operations += operation
     answers = {
         node_id: [
             answered[r.name.casefold()] for r in node.requires if r.name.casefold() in answered
         ]
         for node_id, node in graph.nodes.items()
     }
-    return Early(answers, decided)
+    return Early(answers, {}, operations)

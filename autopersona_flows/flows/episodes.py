@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 from typing import Any, NamedTuple
 from uuid import UUID
@@ -11,33 +10,14 @@ from prefect.filesystems import LocalFileSystem, WritableFileSystem
 from prefect.results import ResultStore, get_default_result_storage
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
-from autopersona_flows import _json
-from autopersona_flows.agent.decisions import (
-    ClarifyDecision,
-    FinalDecision,
-    PersonaRequest,
-    parse_decision,
-)
+from autopersona_flows.agent.decisions import ClarifyDecision
 from autopersona_flows.flows._sync import blocking
 from autopersona_flows.flows.cache_policies import node_cache_key
 from autopersona_flows.flows.clarification import answer_given
 from autopersona_flows.flows.locks import step_locks
 from autopersona_flows.flows.serializers import OrjsonSerializer
-from autopersona_flows.memory.records import LAYERS
 
-__all__ = ["Asking", "EpisodeAnswers", "EpisodeDecisions", "Given", "decision_json", "result_store"]
-
-_EMBEDDINGS: dict[str, Any] = {
-    "memories": {layer: {"__all__": {"record": {"embedding"}}} for layer in LAYERS}
-}
-
-
-def decision_json(decision: FinalDecision | ClarifyDecision) -> Any:
-    """``decision`` as JSON, its memories without their embeddings.
-
-    Embeddings would only weigh down every stored result and cache key.
-    """
-    return _json.loads(decision.model_dump_json(exclude=_EMBEDDINGS))
+__all__ = ["Asking", "EpisodeAnswers", "Given", "result_store"]
 
 
 class Asking(BaseModel):
@@ -137,60 +117,6 @@ class EpisodeAnswers:
         """Keep the answer to this question (or the default run with) for the episode's replays."""
         value: Any = {"default": given.answer} if given.default else given.answer
         self._store.write(value, key=self._key("answer", node_id, user_id, decision))
-
-
-class EpisodeDecisions:
-    """The decisions an episode's run made in its flow body, kept for its replays.
-
-    A node nobody can be asked about is decided in the flow body, with no step of its
-    own (see `NodeSteps.decide_now`). The run keeps those decisions in one record,
-    keyed by episode and by every request they answer, so a replay of the same
-    graph runs with exactly them and decides nothing; a changed graph decides anew.
-    """
-
-    def __init__(
-        self,
-        storage: Path | WritableFileSystem | None,
-        episode_id: str,
-        requests: dict[str, PersonaRequest],
-    ) -> None:
-        self._store = result_store(storage)
-        self.episode_id = episode_id
-        self.requests = requests
-
-    @functools.cached_property
-    def _key(self) -> str:
-        # Of every request, each with the graph's tool names: computed once a run.
-        inputs = {node_id: _json.loads(r.model_dump_json()) for node_id, r in self.requests.items()}
-        return node_cache_key("decisions", self.episode_id, "graph", inputs)
-
-    def recall(self) -> dict[str, FinalDecision] | None:
-        """The decisions kept for exactly these requests (by node), if a run kept them."""
-        if not self.requests or not self._store.exists(self._key):
-            return None
-        kept = self._store.read(self._key).result
-        return {node_id: _final(made) for node_id, made in kept.items()}
-
-    def keep(self, decisions: dict[str, FinalDecision]) -> None:
-        """Keep ``decisions`` (by node) as the answers to the requests."""
-        if self.requests:
-            # Each decision's JSON as it is dumped, never as a tree of dicts and lists:
-            # written while the tools run, a tree per node would be thousands of
-            # objects for the garbage collector to count and traverse meanwhile.
-            self._store.write(
-                {
-                    node_id: _json.Fragment(decision.model_dump_json(exclude=_EMBEDDINGS))
-                    for node_id, decision in decisions.items()
-                },
-                key=self._key,
-            )
-
-
-def _final(raw: Any) -> FinalDecision:
-    decision = parse_decision(_json.dumps(raw))
-    if not isinstance(decision, FinalDecision):
-        raise TypeError(f"a kept decision of a node nobody can ask about asks: {raw!r}")
-    return decision
 
 
 def result_store(storage: Path | WritableFileSystem | None) -> ResultStore:

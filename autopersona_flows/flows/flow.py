@@ -3,41 +3,33 @@
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import threading
 import time
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 from prefect import flow
-from prefect.artifacts import create_table_artifact
 from prefect.context import FlowRunContext
 from prefect.futures import PrefectFuture, wait
 from prefect.results import ResultRecord
 from prefect.task_runners import ThreadPoolTaskRunner
+from prefect.utilities.annotations import quote
 
 from autopersona_flows.agent.agent import PersonaAgent
-from autopersona_flows.agent.decisions import (
-    ClarifyDecision,
-    FinalDecision,
-    NodeInfo,
-    PersonaRequest,
-)
+from autopersona_flows.agent.decisions import NodeInfo
 from autopersona_flows.errors import GraphError, StoreUnavailableError
-from autopersona_flows.flows._sync import blocking
-from autopersona_flows.flows.context import AnsweredQuestion
+from autopersona_flows.flows.calls import NodeCall, RunTool, run_task, summarise
 from autopersona_flows.flows.early import Early, ask_early
-from autopersona_flows.flows.episodes import EpisodeDecisions
 from autopersona_flows.flows.graph import GraphSpec, TaskGraph, import_path, resolve_tool
-from autopersona_flows.flows.runtime import current_runtime, persona_runtime
-from autopersona_flows.flows.settings import load_settings
-from autopersona_flows.flows.tasks import (
-    NodeSteps,
+from autopersona_flows.flows.reports import (
+    Background,
+    GraphResult,
+    RunMetrics,
     StepCounter,
-    episode_of,
-    node_request,
-    summarise,
+    write_tables,
 )
+from autopersona_flows.flows.runtime import PersonaRuntime, current_runtime, persona_runtime
+from autopersona_flows.flows.settings import load_settings
+from autopersona_flows.flows.settle import NodePlan, Settled, Settler, episode_of
 from autopersona_flows.memory.users import check_user_id
 
 __all__ = [
@@ -139,158 +131,137 @@ def _run_graph(
     allowed: Callable[[str], bool] | None = None,
 ) -> dict[str, Any]:
     # The body of both flows; suspending is only allowed in a flow's own body, so
-    # neither may call the other as a subflow.
+    # neither may call the other as a subflow. Every node is settled before it is
+    # submitted: those asked early, those nobody can ask about (both all at once),
+    # then each other one in order, while the nodes before it run.
     started = time.perf_counter()
     check_user_id(user_id)
-    # On a runner of other processes (Dask, a process pool), the run tasks hold nothing
-    # of this one: every node is decided here and its tool imported there by path.
-    runner = getattr(FlowRunContext.get(), "task_runner", None)
-    elsewhere = runner is not None and not isinstance(runner, ThreadPoolTaskRunner)
-    tools_by_node = {
-        node_id: resolve_tool(node.tool, allowed=allowed) for node_id, node in graph.nodes.items()
-    }
-    paths = {
-        node_id: import_path(node.tool, node_id)
-        for node_id, node in graph.nodes.items()
-        if elsewhere
-    }
     runtime = current_runtime()
-    counter = StepCounter()
-    steps = NodeSteps(runtime, episode_of(runtime, episode_id), counter)
-    tools = list(graph.order)
-    infos = {
-        node_id: NodeInfo(id=node_id, instruction=node.instruction)
-        for node_id, node in graph.nodes.items()
-    }
+    runs = _Runs(graph, runtime, allowed)  # refuses a tool before anything runs
+    settler = Settler(runtime, episode_of(runtime, episode_id), StepCounter())
+    plans = _plans(graph, user_id, query)
+    early = ask_early(settler, graph, plans)
+    settled = early.settled | _settle_quiet(settler, graph, plans, early)
     futures: dict[str, PrefectFuture[Any]] = {}
-    made: dict[str, dict[str, Any] | None] = {}
-    early = ask_early(steps, graph, infos, user_id=user_id, query=query, tools=tools)
-    quiet = (
-        {}
-        if elsewhere
-        else _quiet(graph, infos, steps, early, user_id=user_id, query=query, tools=tools)
-    )
-    kept_decisions = EpisodeDecisions(runtime.result_storage, steps.episode_id, quiet)
-    kept = kept_decisions.recall()
-    # Read back on a replay; decided now (None where it could not be) otherwise.
-    decided_here = kept or _decide_here(steps, quiet)
     for node_id in graph.order:
-        node, info = graph.nodes[node_id], infos[node_id]
-        decision: FinalDecision | ClarifyDecision | None = None
-        decided: FinalDecision | None = None
-        answers: list[AnsweredQuestion] = []
-        if node_id in early.decided:
-            decision = early.decided[node_id]
-        elif node_id in quiet:
-            # Nobody can be asked about it: decided above, and handed to its run
-            # task outside the key (as one made there).
-            decided = decided_here[node_id]
-        else:
-            decision, answers = steps.prepare(
-                info,
-                requirements=node.requires,
-                user_id=user_id,
-                query=query,
-                tools=tools,
+        if node_id not in settled:
+            settled[node_id] = settler.settle(
+                plans[node_id],
                 in_flight=list(futures.values()),
-                answered=early.answers.get(node_id),
+                answered=early.answers.get(node_id, []),
+                retries=_retries(settler, graph, node_id),
             )
-        tool, options = tools_by_node[node_id], node.task_options()
-        if elsewhere:
-            run, bound = steps.remote_task(node.id, tool, options), {}
-        else:
-            run, bound = steps.run_task(node.id, tool, options), steps.bound(tool, decided=decided)
-        inputs = {dependency: futures[dependency] for dependency in node.depends_on}
-        futures[node_id] = run.submit(
-            episode_id=steps.episode_id,
-            node_id=node.id,
-            **steps.run_parameters(
-                info,
-                user_id=user_id,
-                query=query,
-                requirements=node.requires,
-                decision=decision,
-                answers=answers,
-                inputs=inputs,
-                tools=tools,
-                tool_path=paths.get(node_id),
-            ),
-            **bound,
-        )
-        ran_with = decided or decision  # None: its run task decides (see `_decide_here`)
-        made[node_id] = None if ran_with is None else summarise(ran_with, answers)
-    # The tables are known now: written while the tools run, not after them. The
-    # decisions are kept whole or not at all: a replay decides anew what was not.
-    complete = {node_id: d for node_id, d in decided_here.items() if d is not None}
-    keep = not kept and len(complete) == len(quiet)
-    with _Background(
-        _after_submitting,
-        made,
-        steps.memory_operations,
-        (lambda: kept_decisions.keep(complete)) if keep else None,
-    ):
+        call = plans[node_id].call(settled[node_id], runs.paths.get(node_id))
+        futures[node_id] = runs.submit(node_id, call, futures, settler)
+    decisions = {n: summarise(settled[n].decision, settled[n].answers) for n in graph.order}
+    operations = [*early.operations, *(op for n in graph.order for op in settled[n].operations)]
+    with Background(write_tables, decisions, operations):  # while the tools run
         wait(list(futures.values()))
         results = {node_id: _result(future) for node_id, future in futures.items()}
+    cached = {n for n, future in futures.items() if future.state.name == "Cached"}
+    metrics = RunMetrics(
+        nodes=len(graph),
+        decisions=settler.counter.decisions,
+        clarifications=settler.counter.clarifications,
+        tool_executions=sum(r["attempt"] for n, r in results.items() if n not in cached),
+        cache_hits=len(cached),
+        seconds=round(time.perf_counter() - started, 3),
+    )
     outputs = {node_id: result["output"] for node_id, result in results.items()}
-    decisions = {node_id: result["decision"] for node_id, result in results.items()}
-    cached = sum(future.state.name == "Cached" for future in futures.values())
-    if elsewhere:  # counted where they ran, in other processes
-        counter.tool_executions = len(futures) - cached
-    if decisions != made:
-        # A replay's cached nodes ran with the decisions of their first run.
-        _decision_table(decisions)
-    return {
-        "outputs": outputs,
-        "decisions": decisions,
-        "metrics": {
-            "nodes": len(graph),
-            "decisions": counter.decisions,
-            "clarifications": counter.clarifications,
-            "tool_executions": counter.tool_executions,
-            "cache_hits": cached,
-            "seconds": round(time.perf_counter() - started, 3),
-        },
-    }
+    return GraphResult(outputs, decisions, metrics).dump()
 
 
-def _quiet(
-    graph: TaskGraph,
-    infos: dict[str, NodeInfo],
-    steps: NodeSteps,
-    early: Early,
-    *,
-    user_id: str,
-    query: str,
-    tools: list[str],
-) -> dict[str, PersonaRequest]:
-    """The requests of the nodes nobody can be asked about, by node: decided in the body."""
+def _plans(graph: TaskGraph, user_id: str, query: str) -> dict[str, NodePlan]:
+    """Each node's plan, by id: the request it is decided on."""
     return {
-        node_id: node_request(
-            infos[node_id], node.requires, user_id=user_id, query=query, tools=tools
+        node_id: NodePlan(
+            NodeInfo(id=node_id, instruction=node.instruction),
+            node.requires,
+            user_id,
+            query,
+            list(graph.order),
         )
         for node_id, node in graph.nodes.items()
-        if node_id not in early.decided and not steps.may_ask(node.requires)
     }
 
 
-def _decide_here(
-    steps: NodeSteps, requests: dict[str, PersonaRequest]
-) -> dict[str, FinalDecision | None]:
-    """`NodeSteps.decide_now` for each request, None where the store is unreachable.
+def _settle_quiet(
+    settler: Settler, graph: TaskGraph, plans: dict[str, NodePlan], early: Early
+) -> dict[str, Settled]:
+    """Settle the nodes nobody can be asked about, all at once, before any is submitted.
 
-    All before the first node is submitted, on one state of memory: while no task
-    thread competes for the GIL, each decision takes a fraction of what it takes
-    beside running tools. A node decided None is decided again by its run task,
-    under the node's retries.
+    While no task thread competes for the process, each decision takes a fraction of
+    what it takes beside running tools. After a store outage none is: each is then
+    settled on its own in order, under its node's retries (see `_run_graph`).
     """
-    decided: dict[str, FinalDecision | None] = {}
-    with steps.runtime.agent.retriever.reading():
-        for node_id, request in requests.items():
-            try:
-                decided[node_id] = steps.decide_now(node_id, request)
-            except StoreUnavailableError:
-                decided[node_id] = None
-    return decided
+    quiet = {
+        node_id: plans[node_id]
+        for node_id in graph.order
+        if node_id not in early.settled and not settler.may_ask(plans[node_id].requirements)
+    }
+    try:
+        made = settler.settle_all("graph", quiet, retries=0)
+    except StoreUnavailableError:
+        return {}
+    return {node_id: Settled(settler.unasked(node_id, d), [], []) for node_id, d in made.items()}
+
+
+def _retries(settler: Settler, graph: TaskGraph, node_id: str) -> int | None:
+    """How often settling a node retries a store outage.
+
+    As the pre-hook's steps do, or, for a node nobody can ask about (left by
+    `_settle_quiet` after an outage), as often as the node's run would.
+    """
+    node = graph.nodes[node_id]
+    return None if settler.may_ask(node.requires) else node.retries
+
+
+class _Runs:
+    """The run tasks of a graph's nodes, on the flow's task runner.
+
+    On a runner of other processes (Dask, a process pool), the run tasks hold
+    nothing of this one: each tool is imported there, by its path.
+
+    Raises:
+        GraphError: If a tool cannot be resolved, or imported by path where it runs.
+    """
+
+    def __init__(
+        self, graph: TaskGraph, runtime: PersonaRuntime, allowed: Callable[[str], bool] | None
+    ) -> None:
+        runner = getattr(FlowRunContext.get(), "task_runner", None)
+        self.elsewhere = runner is not None and not isinstance(runner, ThreadPoolTaskRunner)
+        self.graph = graph
+        self.runtime = runtime
+        self.tools = {
+            node_id: resolve_tool(node.tool, allowed=allowed)
+            for node_id, node in graph.nodes.items()
+        }
+        self.paths = {
+            node_id: import_path(node.tool, node_id)
+            for node_id, node in graph.nodes.items()
+            if self.elsewhere
+        }
+
+    def submit(
+        self,
+        node_id: str,
+        call: NodeCall,
+        futures: dict[str, PrefectFuture[Any]],
+        settler: Settler,
+    ) -> PrefectFuture[Any]:
+        """Submit the node's run task with its ``call`` and its upstream runs' futures."""
+        node, tool = self.graph.nodes[node_id], self.tools[node_id]
+        options = node.task_options()
+        storage = options.get("result_storage", self.runtime.result_storage)
+        task = run_task(
+            node_id, tool, storage, options, elsewhere=self.elsewhere, locked=settler.shared
+        )
+        upstream = {dependency: futures[dependency] for dependency in node.depends_on}
+        parameters = call.parameters(upstream, elsewhere=self.elsewhere)
+        if not self.elsewhere:
+            parameters["tool"] = quote(RunTool(tool))
+        return task.submit(episode_id=settler.episode_id, node_id=node_id, **parameters)
 
 
 def _result(future: PrefectFuture[Any]) -> Any:
@@ -304,79 +275,6 @@ def _result(future: PrefectFuture[Any]) -> Any:
     if state.is_completed() and isinstance(state.data, ResultRecord):
         return state.data.result
     return future.result()
-
-
-class _Background:
-    """``fn(*args)`` in a thread of its own, in the caller's context (its flow run).
-
-    Used as a context manager: the block runs beside it, and leaving the block waits
-    for it, whether the block failed or not, so nothing of the run is still being
-    written once the run has ended. What it raised is raised there, unless the block
-    raised: a node's failure is the run's.
-    """
-
-    def __init__(self, fn: Callable[..., None], *args: Any) -> None:
-        self._error: BaseException | None = None
-        context = contextvars.copy_context()
-        self._thread = threading.Thread(
-            target=context.run, args=(self._call, fn, *args), name="persona-tables"
-        )
-
-    def _call(self, fn: Callable[..., None], *args: Any) -> None:
-        try:
-            fn(*args)
-        except BaseException as exc:  # raised in the caller on leaving the block
-            self._error = exc
-
-    def __enter__(self) -> _Background:
-        self._thread.start()
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
-        self._thread.join()
-        if self._error is not None and kind is None:
-            raise self._error
-
-
-def _after_submitting(
-    decisions: dict[str, dict[str, Any] | None],
-    memory_operations: list[dict[str, Any]],
-    keep: Callable[[], None] | None,
-) -> None:
-    # What a run does once every node is submitted, while its tools run.
-    if keep is not None:
-        keep()
-    if all(summary is not None for summary in decisions.values()):
-        _decision_table(cast(dict[str, dict[str, Any]], decisions))
-    if memory_operations:
-        blocking(create_table_artifact)(
-            key="persona-memory-ops",
-            table=memory_operations,
-            description="What this run changed in the person's memory (ids, never contents)",
-        )
-
-
-def _decision_table(decisions: dict[str, dict[str, Any]]) -> None:
-    blocking(create_table_artifact)(  # sync in `apersona_graph` too: a worker thread
-        key="persona-decisions",
-        table=[
-            {
-                "node": node_id,
-                "action": summary["action"],
-                # The answer before its (long) question: in view at 1280 px too.
-                "answer": " / ".join(
-                    a["answer"] + (" (default: nobody answered)" if a.get("default") else "")
-                    for a in summary.get("answers", [])
-                ),
-                "question": " / ".join(a["question"] for a in summary.get("answers", [])),
-                "constraints": "; ".join(c["text"] for c in summary["constraints"]),
-                "memory ids": ", ".join(c["memory_id"] for c in summary["constraints"]),
-                "scores": ", ".join(str(c["score"]) for c in summary["constraints"]),
-            }
-            for node_id, summary in decisions.items()
-        ],
-        description="What the PersonaAgent decided before each node",
-    )
 
 
 def run_persona_graph(

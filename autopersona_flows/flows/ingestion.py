@@ -43,6 +43,27 @@ def _ingest_batch(
     return dict(totals)
 
 
+def _read(file: Path) -> tuple[str, str, list[RawTaskRecord]]:
+    """The file's digest, the episode its batches are keyed by, and its tasks, each timed.
+
+    Raises:
+        IngestionError: If the file cannot be read or a line is not a valid task.
+    """
+    try:
+        data = file.read_bytes()
+    except OSError as exc:
+        raise IngestionError(f"cannot read {file}: {exc.strerror}") from exc
+    digest = hashlib.sha256(data).hexdigest()
+    context = FlowRunContext.get()
+    run = context.flow_run if context else None
+    created = (run.created if run else None) or datetime.now(UTC)
+    records = [
+        record if record.at else record.model_copy(update={"at": created + index * _MICROSECOND})
+        for index, record in enumerate(read_task_records(data.splitlines(), file))
+    ]
+    return digest, str(run.id) if run else digest, records
+
+
 @flow(name="ingest-task-history")
 def ingest_history(
     path: str, batch_size: Annotated[int, Field(ge=1, le=10_000)] = 50
@@ -73,19 +94,7 @@ def ingest_history(
             naming the file and the line.
     """
     file = Path(path).expanduser()
-    try:
-        data = file.read_bytes()
-    except OSError as exc:
-        raise IngestionError(f"cannot read {file}: {exc.strerror}") from exc
-    digest = hashlib.sha256(data).hexdigest()
-    context = FlowRunContext.get()
-    run = context.flow_run if context else None
-    episode = str(run.id) if run else digest
-    created = (run.created if run else None) or datetime.now(UTC)
-    records = [
-        record if record.at else record.model_copy(update={"at": created + index * _MICROSECOND})
-        for index, record in enumerate(read_task_records(data.splitlines(), file))
-    ]
+    digest, episode, records = _read(file)
     storage = current_runtime().result_storage
     run_batch = _ingest_batch.with_options(result_storage=storage) if storage else _ingest_batch
 
