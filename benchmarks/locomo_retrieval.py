@@ -78,7 +78,7 @@ from typing import Any
 
 import numpy as np
 import orjson
-from _common import progress
+from _common import progress, recorded
 from rank_bm25 import BM25Okapi
 
 from autopersona_flows.memory.embedders import Embedder, HashingEmbedder, default_embedder
@@ -413,4 +413,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(recorded("locomo_retrieval", main))

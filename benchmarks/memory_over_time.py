@@ -34,7 +34,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from _common import progress
+from _common import progress, recorded
 
 from autopersona_flows.agent.evaluation.timeline import evaluate_timeline, read_timeline_cases
 from autopersona_flows.memory import (
@@ -170,4 +170,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(recorded("memory_over_time", main))

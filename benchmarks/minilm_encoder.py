@@ -54,7 +54,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # sentence-transformers must not r
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import numpy as np
-from _common import alternating, parse_sizes, percentile, progress
+from _common import alternating, parse_sizes, percentile, progress, recorded
 
 from autopersona_flows.errors import EmbedderError
 from autopersona_flows.memory.minilm import MiniLMEncoder
@@ -237,4 +237,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(recorded("minilm_encoder", main))

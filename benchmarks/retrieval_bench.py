@@ -111,6 +111,7 @@ from _common import (
     postgres_schema,
     print_skipped,
     progress,
+    recorded,
 )
 
 from autopersona_flows.memory.embedders import Embedder, HashingEmbedder
@@ -716,4 +717,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(recorded("retrieval_bench", main))

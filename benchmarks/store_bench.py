@@ -98,6 +98,7 @@ from _common import (
     postgres_schema,
     print_skipped,
     progress,
+    recorded,
 )
 
 from autopersona_flows.memory.jsonl import JsonlMemoryStore
@@ -659,4 +660,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(recorded("store_bench", main))

@@ -21,10 +21,10 @@ class Policy(Protocol):
     from its user's bank only.
 
     A policy may also declare ``asks_without_requirements = False``: a promise never
-    to clarify a request without required requirements. Graphs then decide for
-    such nodes inside the node's own task, saving a Prefect task per node; a
-    policy that breaks the promise fails the node with a `PolicyError`. Without
-    the attribute a policy is assumed to ask anywhere.
+    to clarify a request without required requirements. Graphs then settle such
+    nodes all at once before the first one runs, in one kept record; a policy
+    that breaks the promise fails the node with a `PolicyError` before its tool
+    runs. Without the attribute a policy is assumed to ask anywhere.
     """
 
     def decide(self, request: PersonaRequest, memories: MemoryBundle) -> PersonaDecision:

@@ -9,7 +9,7 @@ answered in their inputs, so a replay rebuilds exactly the same steps.
 
 The same check decides every node whose requirements are all checked early: when
 memory holds them all and nothing is asked, that is the node's decision, and the
-node needs no decide step of its own once the tools start to compete for the process.
+node is settled with no step of its own (the batch form of `Settler.settle`).
 """
 
 from __future__ import annotations
