@@ -1,4 +1,4 @@
-"""Both stores run the conformance suite that every backend runs."""
+"""Every store (JSONL, in-memory, PostgreSQL) runs the conformance suite every backend runs."""
 
 import subprocess
 import sys
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from autopersona_flows import JsonlMemoryStore, MemoryStore
-from autopersona_flows.testing import MemoryStoreConformance
+from autopersona_flows.testing import InMemoryMemoryStore, MemoryStoreConformance
 
 
 class TestJsonlConformance(MemoryStoreConformance):
@@ -19,6 +19,18 @@ class TestJsonlConformance(MemoryStoreConformance):
     @pytest.fixture
     def reopen(self, tmp_path: Path) -> Callable[[], MemoryStore]:
         return lambda: JsonlMemoryStore(tmp_path / "store")
+
+
+class TestInMemoryConformance(MemoryStoreConformance):
+    """The store users' unit tests run on: one object is the whole store, so it reopens as itself."""
+
+    @pytest.fixture
+    def store(self) -> MemoryStore:
+        return InMemoryMemoryStore()
+
+    @pytest.fixture
+    def reopen(self, store: MemoryStore) -> Callable[[], MemoryStore]:
+        return lambda: store
 
 
 class TestPostgresConformance(MemoryStoreConformance):
@@ -43,4 +55,8 @@ def test_testing_surface_is_deliberate_and_prefect_free() -> None:
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
-    assert result.stdout.strip() == "['MemoryStoreConformance', 'assert_same_memories'] False"
+    assert result.stdout.strip() == (
+        "['Answering', 'Clarify', 'InMemoryMemoryStore', 'MemoryStoreConformance', 'Proceed', "
+        "'Question', 'RecordingTool', 'ScriptedPolicy', 'ToolCall', 'UnansweredQuestionError', "
+        "'UnscriptedNodeError', 'answering', 'assert_same_memories', 'recording_tool'] False"
+    )
