@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import threading
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, Unpack, cast, overload
-from uuid import UUID
 
 from prefect.context import FlowRunContext
 from prefect.futures import PrefectFuture, PrefectFutureList
@@ -35,38 +33,6 @@ __all__ = ["PersonaTask", "persona_task"]
 P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
-
-
-class _Submitted:
-    """The persona runs each flow run submitted and has not seen finish.
-
-    A question waits for them before it pauses or suspends (see `Settler.settle`),
-    so a suspended run loses no work in flight.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._runs: dict[UUID, list[PrefectFuture[Any]]] = {}
-
-    def add(self, flow_run_id: UUID, futures: Sequence[PrefectFuture[Any]]) -> None:
-        with self._lock:
-            for run_id in list(self._runs):  # forget what finished, and runs long over
-                self._runs[run_id] = [f for f in self._runs[run_id] if not _done(f)]
-                if not self._runs[run_id] and run_id != flow_run_id:
-                    del self._runs[run_id]
-            self._runs.setdefault(flow_run_id, []).extend(futures)
-
-    def of(self, flow_run_id: UUID) -> list[PrefectFuture[Any]]:
-        with self._lock:
-            return list(self._runs.get(flow_run_id, ()))
-
-
-def _done(future: PrefectFuture[Any]) -> bool:
-    wrapped = getattr(future, "wrapped_future", None)  # a thread's or Dask's future
-    return wrapped is None or bool(wrapped.done())
-
-
-_SUBMITTED = _Submitted()
 
 
 class PersonaTask(Generic[P, R]):
@@ -172,7 +138,7 @@ class PersonaTask(Generic[P, R]):
         self.arguments.check(arguments, resolved=False)
         run = self._run_task(settler)
         future: PrefectFuture[Any] = run.submit(**self._prepare(settler, arguments))
-        _SUBMITTED.add(current_flow_run_id(), [future])
+        settler.runtime.in_flight.add(current_flow_run_id(), [future])
         return future
 
     @overload
@@ -200,7 +166,8 @@ class PersonaTask(Generic[P, R]):
         run_id = current_flow_run_id()
         for index, arguments in enumerate(elements):
             futures.append(run.submit(**self._prepare(settler, arguments, index, futures)))
-        _SUBMITTED.add(run_id, futures)  # registered once: each add sweeps what finished
+        # Registered once: each add sweeps what finished.
+        settler.runtime.in_flight.add(run_id, futures)
         # Built as Prefect builds it; its Iterator base declares a __next__ it never has.
         return PrefectFutureList(futures)  # type: ignore[abstract]  # see above
 
@@ -246,7 +213,7 @@ class PersonaTask(Generic[P, R]):
             element=element,
         )
         settled = settler.settle(
-            plan, in_flight=[*_SUBMITTED.of(current_flow_run_id()), *submitted]
+            plan, in_flight=[*runtime.in_flight.of(current_flow_run_id()), *submitted]
         )
         return {
             "episode_id": settler.episode_id,

@@ -8,15 +8,17 @@ round; what a tool receives is in ``context.py``, which needs neither.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 from uuid import UUID
 
 from prefect.context import FlowRunContext
 from prefect.filesystems import WritableFileSystem
+from prefect.futures import PrefectFuture
 
 from autopersona_flows.agent.agent import PersonaAgent
 from autopersona_flows.errors import FlowConfigurationError
@@ -35,6 +37,37 @@ __all__ = [
     "persona_runtime",
     "runtime_from_settings",
 ]
+
+
+class InFlight:
+    """The persona runs each flow run of a `persona_runtime` block submitted, not yet finished.
+
+    A question waits for them before it pauses or suspends (see `Settler.settle`),
+    so a suspended run loses no work in flight.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._runs: dict[UUID, list[PrefectFuture[Any]]] = {}
+
+    def add(self, flow_run_id: UUID, futures: Sequence[PrefectFuture[Any]]) -> None:
+        """Note ``futures`` as submitted by ``flow_run_id`` (and forget what finished)."""
+        with self._lock:
+            for run_id in list(self._runs):  # forget what finished, and runs long over
+                self._runs[run_id] = [f for f in self._runs[run_id] if not _done(f)]
+                if not self._runs[run_id] and run_id != flow_run_id:
+                    del self._runs[run_id]
+            self._runs.setdefault(flow_run_id, []).extend(futures)
+
+    def of(self, flow_run_id: UUID) -> list[PrefectFuture[Any]]:
+        """What ``flow_run_id`` submitted and has not seen finish."""
+        with self._lock:
+            return list(self._runs.get(flow_run_id, ()))
+
+
+def _done(future: PrefectFuture[Any]) -> bool:
+    wrapped = getattr(future, "wrapped_future", None)  # a thread's or Dask's future
+    return wrapped is None or bool(wrapped.done())
 
 
 @dataclass(frozen=True)
@@ -59,6 +92,8 @@ class PersonaRuntime:
         question_budget: The most questions one run may ask (``None``: no limit).
             Past it, a missing requirement with a ``default`` runs with it; one
             without fails the run (`ClarificationBudgetError`).
+        in_flight: What the block's persona tasks submitted, by flow run; nested
+            blocks share it.
     """
 
     agent: PersonaAgent
@@ -71,6 +106,7 @@ class PersonaRuntime:
     episode_id: str | None = None
     on_timeout: Literal["fail", "default"] = "fail"
     question_budget: int | None = None
+    in_flight: InFlight = field(default_factory=InFlight, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.agent, PersonaAgent):
