@@ -20,6 +20,54 @@ if TYPE_CHECKING:
     from autopersona_flows.memory.postgres import PostgresMemoryStore
 
 
+@pytest.fixture(scope="session")
+def prefect_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A Prefect test server for the session, with a scratch PREFECT_HOME; yields the home.
+
+    Prefect reads its settings once, when it is imported (at collection), so the
+    environment alone would reach only subprocesses: the same values are also entered
+    as temporary settings for this process. The results folder is set in the settings
+    only, so a subprocess given another PREFECT_HOME keeps its results there too.
+    """
+    # Imported here: only the tests that request the server load Prefect for it.
+    import prefect.settings as ps
+    from prefect.client.orchestration import get_client
+    from prefect.testing.utilities import prefect_test_harness
+
+    home = tmp_path_factory.mktemp("prefect-home")
+    env = {
+        "PREFECT_HOME": str(home),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+        "DO_NOT_TRACK": "1",
+    }
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        with (
+            ps.temporary_settings(
+                updates={
+                    ps.PREFECT_HOME: home,
+                    ps.PREFECT_RESULTS_LOCAL_STORAGE_PATH: home / "storage",
+                    ps.PREFECT_SERVER_ANALYTICS_ENABLED: False,
+                    ps.PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS: 120,
+                }
+            ),
+            prefect_test_harness(server_startup_timeout=120),
+        ):
+            # Warm the client in this thread: threads that race into the first
+            # get_client() can each start a server (PREFECT_NOTES §1a).
+            with get_client(sync_client=True) as client:
+                client.hello()
+            yield home
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 @pytest.fixture
 def store_root(tmp_path: Path) -> Path:
     return tmp_path / "store"

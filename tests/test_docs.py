@@ -12,13 +12,9 @@ from __future__ import annotations
 import gc
 import re
 import shlex
-from collections.abc import Iterator
 from pathlib import Path
 
-import prefect.settings as ps
 import pytest
-from prefect.client.orchestration import get_client
-from prefect.testing.utilities import prefect_test_harness
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -56,28 +52,6 @@ def name(page: Path) -> str:
     return str(page.relative_to(ROOT))
 
 
-@pytest.fixture(scope="module")
-def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """A Prefect test server for the pages that run flows (the flows tests keep their own)."""
-    home = tmp_path_factory.mktemp("prefect-home")
-    with (
-        ps.temporary_settings(
-            updates={
-                ps.PREFECT_HOME: home,
-                ps.PREFECT_RESULTS_LOCAL_STORAGE_PATH: home / "storage",
-                ps.PREFECT_SERVER_ANALYTICS_ENABLED: False,
-                ps.PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS: 120,
-            }
-        ),
-        prefect_test_harness(server_startup_timeout=120),
-    ):
-        # Warm the client in this thread: threads racing into the first get_client()
-        # can each start a server.
-        with get_client(sync_client=True) as client:
-            client.hello()
-        yield
-
-
 # Prefect 3.9.1 leaves its async client's sockets open when an async flow's loop closes
 # (see tests/flows/conftest.py, run_async); the persona-task page runs one.
 @pytest.mark.filterwarnings("ignore:unclosed:ResourceWarning")
@@ -87,7 +61,7 @@ def test_the_python_snippets_of_a_page_run(
 ) -> None:
     snippets = runnable(page)
     if any("autopersona_flows.flows" in code or "prefect" in code for _, code in snippets):
-        request.getfixturevalue("prefect_server")
+        request.getfixturevalue("prefect_harness")  # the session's test server
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, object] = {"__name__": f"docs_{page.stem.replace('-', '_')}"}
     for line, code in snippets:

@@ -1,7 +1,5 @@
-"""Fixtures for the Prefect flow tests: one test server per session, and recording tools.
-
-Only tests that request ``prefect_harness`` start the server, so the memory and agent
-tests stay fast. The tools are module-level functions (importable, picklable): each
+"""Fixtures for the Prefect flow tests: recording tools (the server is ``prefect_harness``,
+in ``tests/conftest.py``). The tools are module-level functions (importable, picklable): each
 counts its calls per node id, keeps the `NodeContext` it received, and returns JSON.
 """
 
@@ -9,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import os
 import sys
 import textwrap
 import threading
@@ -21,59 +18,14 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
 
-import prefect.settings as ps
 import pytest
 from prefect.client.orchestration import get_client
-from prefect.testing.utilities import prefect_test_harness
 
 from autopersona_flows.agent import PersonaAgent
 from autopersona_flows.flows import NodeContext, PendingClarification, pending_clarifications
 from autopersona_flows.memory import JsonlMemoryStore, MemoryRetriever
 
 # --------------------------------------------------------------------------- harness
-
-
-@pytest.fixture(scope="session")
-def prefect_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A Prefect test server for the session, with a scratch PREFECT_HOME; yields the home.
-
-    Prefect reads its settings once, when it is imported (at collection), so the
-    environment alone would reach only subprocesses: the same values are also entered
-    as temporary settings for this process. The results folder is set in the settings
-    only, so a subprocess given another PREFECT_HOME keeps its results there too.
-    """
-    home = tmp_path_factory.mktemp("prefect-home")
-    env = {
-        "PREFECT_HOME": str(home),
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
-        "DO_NOT_TRACK": "1",
-    }
-    saved = {name: os.environ.get(name) for name in env}
-    os.environ.update(env)
-    try:
-        with (
-            ps.temporary_settings(
-                updates={
-                    ps.PREFECT_HOME: home,
-                    ps.PREFECT_RESULTS_LOCAL_STORAGE_PATH: home / "storage",
-                    ps.PREFECT_SERVER_ANALYTICS_ENABLED: False,
-                    ps.PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS: 120,
-                }
-            ),
-            prefect_test_harness(server_startup_timeout=120),
-        ):
-            # Warm the client in this thread: threads that race into the first
-            # get_client() can each start a server (PREFECT_NOTES §1a).
-            with get_client(sync_client=True) as client:
-                client.hello()
-            yield home
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 @pytest.fixture
@@ -363,7 +315,6 @@ def read_settled_task_run(run_id: Any, timeout: float = 20.0) -> Any:
     Prefect records task runs from the events the engine sends, asynchronously: read
     right after the flow returns, a run may not be there yet, or not in its last state.
     """
-    from prefect.client.orchestration import get_client
     from prefect.exceptions import ObjectNotFound
 
     until = time.monotonic() + timeout

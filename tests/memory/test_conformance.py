@@ -22,7 +22,7 @@ class TestJsonlConformance(MemoryStoreConformance):
 
 
 class TestInMemoryConformance(MemoryStoreConformance):
-    """The store users' unit tests run on: one object is the whole store, so it reopens as itself."""
+    """The store of users' unit tests: one object is the whole store, so it reopens as itself."""
 
     @pytest.fixture
     def store(self) -> MemoryStore:
