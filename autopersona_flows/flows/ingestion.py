@@ -64,6 +64,16 @@ def _read(file: Path) -> tuple[str, str, list[RawTaskRecord]]:
     return digest, str(run.id) if run else digest, records
 
 
+def _progress(description: str) -> UUID:
+    """A new progress artifact of the ingestion, at 0%."""
+    # A sync flow, where Prefect's async_dispatch runs the sync variant: the artifact's id,
+    # not the coroutine its annotation also allows.
+    return cast(
+        "UUID",
+        create_progress_artifact(0.0, key="autopersona-ingestion", description=description),
+    )
+
+
 @flow(name="ingest-task-history")
 def ingest_history(
     path: str, batch_size: Annotated[int, Field(ge=1, le=10_000)] = 50
@@ -98,16 +108,7 @@ def ingest_history(
     storage = current_runtime().result_storage
     run_batch = _ingest_batch.with_options(result_storage=storage) if storage else _ingest_batch
 
-    # A sync flow, where Prefect's async_dispatch runs the sync variant: the artifact's id,
-    # not the coroutine its annotation also allows.
-    progress = cast(
-        "UUID",
-        create_progress_artifact(
-            0.0,
-            key="autopersona-ingestion",
-            description=f"Ingesting {len(records)} tasks from {file.name}",
-        ),
-    )
+    progress = _progress(f"Ingesting {len(records)} tasks from {file.name}")
     totals: Counter[str] = Counter()
     for number, start in enumerate(range(0, len(records), batch_size)):
         stop = min(start + batch_size, len(records))
