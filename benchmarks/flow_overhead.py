@@ -123,13 +123,10 @@ from prefect.futures import wait  # noqa: E402
 
 from autopersona_flows import (  # noqa: E402
     JsonlMemoryStore,
-    MemoryRetriever,
-    MemoryUpdater,
     PersonaAgent,
     PersonaMemory,
     RawTaskRecord,
     Requirement,
-    ingest_task_history,
 )
 from autopersona_flows.flows import (  # noqa: E402
     NodeCachePolicy,
@@ -140,6 +137,11 @@ from autopersona_flows.flows import (  # noqa: E402
     answer_clarification,
     pending_clarifications,
     run_persona_graph,
+)
+from autopersona_flows.memory import (  # noqa: E402
+    MemoryRetriever,
+    MemoryUpdater,
+    ingest_task_history,
 )
 
 BARS = {False: 1.15, True: 1.05}  # by whether the tools take time (--tool-ms)

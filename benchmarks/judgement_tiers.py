@@ -31,7 +31,7 @@ from pathlib import Path
 
 from _common import progress, recorded
 
-from autopersona_flows import EvidencePolicy, MemoryBank, MemoryRetriever, PersonaAgent
+from autopersona_flows import EvidencePolicy, MemoryBank, PersonaAgent
 from autopersona_flows.agent.evaluation import (
     JudgementCase,
     JudgementReport,
@@ -45,6 +45,7 @@ from autopersona_flows.agent.evaluation.situations import (
 )
 from autopersona_flows.agent.judges import LexicalJudge
 from autopersona_flows.agent.openai import OpenAICompatiblePolicy
+from autopersona_flows.memory import MemoryRetriever
 from autopersona_flows.memory.embedders import Embedder, HashingEmbedder, default_embedder
 from autopersona_flows.memory.protocol import MemoryStore
 from autopersona_flows.testing.llama import llama_server

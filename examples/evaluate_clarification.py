@@ -19,8 +19,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from autopersona_flows import JsonlMemoryStore, MemoryRetriever
-from autopersona_flows.agent import PersonaAgent
+from autopersona_flows import JsonlMemoryStore, MemoryBank, PersonaAgent
 from autopersona_flows.agent.evaluation import (
     evaluate_clarification_policy,
     read_clarification_cases,
@@ -156,9 +155,9 @@ def main() -> None:
         memories = write_jsonl(root / "memories.jsonl", MEMORIES)
         cases = read_clarification_cases(write_jsonl(root / "cases.jsonl", CASES))
 
-        store = JsonlMemoryStore(root / "store")
-        seed_memories(store, memories)
-        agent = PersonaAgent(MemoryRetriever(store))  # the defaults: EvidencePolicy, hashing
+        bank = MemoryBank(JsonlMemoryStore(root / "store"))
+        seed_memories(bank.store, memories, bank.embedder)  # embedded as the bank reads them
+        agent = PersonaAgent(bank)  # the defaults: EvidencePolicy, the shipped sentence encoder
         report = evaluate_clarification_policy(agent, cases)
 
         print(f"== synthetic set: {report.cases} cases")

@@ -4,7 +4,8 @@ Runs offline and unattended, with no server to start and no API key::
 
     python examples/quickstart.py
 
-1. A memory store in a temporary folder is seeded with two past tasks of Ada's.
+1. A `MemoryBank` (a store in a temporary folder, with its retriever and
+   updater) is seeded with two past tasks of Ada's.
 2. A four-node graph (gather sources, draft, format references, share; see
    ``examples/reading_group.py``) runs as a Prefect flow on the embedded Prefect
    server. The PersonaAgent applies what it knows (tone, summary length) but the
@@ -38,12 +39,8 @@ from prefect.client.orchestration import get_client  # noqa: E402 - after the se
 
 from autopersona_flows import (  # noqa: E402
     JsonlMemoryStore,
-    MemoryRetriever,
-    MemoryUpdater,
+    MemoryBank,
     PersonaAgent,
-    ingest_task_history,
-)
-from autopersona_flows.flows import (  # noqa: E402
     answer_clarification,
     pending_clarifications,
     run_persona_graph,
@@ -68,13 +65,13 @@ def play_ada(answer: str) -> None:
 
 def main() -> None:
     """Seed memory, run the graph twice, and show what happened."""
-    store = JsonlMemoryStore(_workdir / "memory")
-    retriever = MemoryRetriever(store)
-    updater = MemoryUpdater(store, retriever=retriever)
-    for record in HISTORY:
-        ingest_task_history(store, updater, record)
-    agent = PersonaAgent(retriever, updater=updater)
-    options = {"agent": agent, "poll_interval": 0.5, "result_storage": _workdir / "results"}
+    bank = MemoryBank(JsonlMemoryStore(_workdir / "memory"))  # store, retriever and updater
+    bank.ingest(HISTORY)
+    options = {
+        "agent": PersonaAgent(bank),
+        "poll_interval": 0.5,
+        "result_storage": _workdir / "results",
+    }
 
     with get_client(sync_client=True) as client:
         client.hello()  # start the embedded server once, before the answering thread
@@ -100,7 +97,7 @@ def main() -> None:
     print("== second run")
     print(f"  questions asked: {asked or 'none'}")
     print(f"  references: {second['outputs']['format_references']['references']}")
-    remembered = [m.content.preference for m in store.list("ada", "persona")]
+    remembered = [m.content.preference for m in bank.store.list("ada", "persona")]
     print(f"  persona memory now: {remembered}")
 
 

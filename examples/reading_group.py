@@ -18,8 +18,8 @@ from typing import Any
 
 import orjson
 
-from autopersona_flows import PersonaMemory, RawTaskRecord
-from autopersona_flows.flows import GraphSpec, NodeContext
+from autopersona_flows import NodeContext, PersonaMemory, RawTaskRecord
+from autopersona_flows.flows import GraphSpec
 
 __all__ = [
     "GRAPH",

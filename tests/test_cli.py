@@ -13,13 +13,13 @@ import pytest
 
 from autopersona_flows import (
     JsonlMemoryStore,
-    MemoryChange,
     MemoryRecord,
     PersonaMemory,
     TrajectoryMemory,
     WorkspaceMemory,
 )
 from autopersona_flows.cli import main
+from autopersona_flows.memory import MemoryChange
 from autopersona_flows.memory.users import user_key
 
 

@@ -3,8 +3,9 @@
 Recall, then judge: a `SearchPlanner` recalls candidates from every layer, a
 `Judge` decides which answer each requirement, and a `Policy` turns the verdicts
 into a decision. This package never imports Prefect, and imports each name's module
-on first use (see ``autopersona_flows/_lazy.py``): the evaluation harness and the
-LLM tier's HTTP client load only for those who use them.
+on first use (see ``autopersona_flows/_lazy.py``): the LLM tier's HTTP client loads
+only for those who use it. The evaluation harness is a package of its own,
+``autopersona_flows.agent.evaluation``.
 """
 
 from typing import TYPE_CHECKING
@@ -22,18 +23,6 @@ if TYPE_CHECKING:
         PersonaRequest,
         Requirement,
         parse_decision,
-    )
-    from autopersona_flows.agent.evaluation import (
-        CaseResult,
-        ClarificationCase,
-        ClarificationReport,
-        JudgementCase,
-        JudgementReport,
-        evaluate_clarification_policy,
-        evaluate_judgement,
-        read_clarification_cases,
-        read_judgement_cases,
-        seed_memories,
     )
     from autopersona_flows.agent.evidence import EvidencePolicy
     from autopersona_flows.agent.judges import Judge, LexicalJudge, Verdict
@@ -64,18 +53,6 @@ else:
                 "Requirement",
                 "parse_decision",
             ),
-            "autopersona_flows.agent.evaluation": (
-                "CaseResult",
-                "ClarificationCase",
-                "ClarificationReport",
-                "JudgementCase",
-                "JudgementReport",
-                "evaluate_clarification_policy",
-                "evaluate_judgement",
-                "read_clarification_cases",
-                "read_judgement_cases",
-                "seed_memories",
-            ),
             "autopersona_flows.agent.evidence": ("EvidencePolicy",),
             "autopersona_flows.agent.judges": ("Judge", "LexicalJudge", "Verdict"),
             "autopersona_flows.agent.matchers": ("DenseWordMatcher",),
@@ -91,12 +68,24 @@ else:
             "autopersona_flows.agent.policies": ("FunctionPolicy", "Policy"),
             "autopersona_flows.agent.reading": ("WordMatcher",),
         },
+        # Re-exported here in 0.1: code written then still runs, with a DeprecationWarning.
+        moved={
+            "autopersona_flows.agent.evaluation": (
+                "CaseResult",
+                "ClarificationCase",
+                "ClarificationReport",
+                "JudgementCase",
+                "JudgementReport",
+                "evaluate_clarification_policy",
+                "evaluate_judgement",
+                "read_clarification_cases",
+                "read_judgement_cases",
+                "seed_memories",
+            ),
+        },
     )
 
 __all__ = [
-    "CaseResult",
-    "ClarificationCase",
-    "ClarificationReport",
     "ClarifyDecision",
     "Constraint",
     "DefaultPlanner",
@@ -106,8 +95,6 @@ __all__ = [
     "FunctionPlanner",
     "FunctionPolicy",
     "Judge",
-    "JudgementCase",
-    "JudgementReport",
     "LexicalJudge",
     "NodeInfo",
     "OpenAICompatibleJudge",
@@ -121,12 +108,7 @@ __all__ = [
     "SearchPlanner",
     "Verdict",
     "WordMatcher",
-    "evaluate_clarification_policy",
-    "evaluate_judgement",
     "parse_decision",
     "query_to_persona_request",
-    "read_clarification_cases",
-    "read_judgement_cases",
     "requirement_label",
-    "seed_memories",
 ]

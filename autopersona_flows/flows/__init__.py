@@ -2,8 +2,11 @@
 
 Before each node a PersonaAgent decides; a clarification pauses (or suspends) the
 run with a typed form answered in the Prefect UI; every step is cached so a
-resumed run repeats no tool call. Names other than `OrjsonSerializer` are imported
-on first use (see ``autopersona_flows/_lazy.py``).
+resumed run repeats no tool call. What running a graph or a persona task takes
+(`TaskGraph`, `run_persona_graph`, `persona_task`, ...) is also at the top level,
+``autopersona_flows``; this namespace adds deployments, settings and upkeep flows.
+Names other than `OrjsonSerializer` are imported on first use (see
+``autopersona_flows/_lazy.py``).
 """
 
 from typing import TYPE_CHECKING

@@ -11,10 +11,8 @@ from pydantic import ValidationError
 from autopersona_flows import (
     JsonlMemoryStore,
     MemoryRecord,
-    MemoryRetriever,
     PersonaMemory,
     PolicyError,
-    RetrievalError,
     SearchRequest,
     TrajectoryMemory,
     WorkspaceMemory,
@@ -32,8 +30,8 @@ from autopersona_flows.agent import (
     RuntimeMetrics,
     parse_decision,
 )
-from autopersona_flows.errors import BlankAnswerError, MemoryBankError
-from autopersona_flows.memory import MemoryBank, MemoryUpdater, RawTaskRecord
+from autopersona_flows.errors import BlankAnswerError, MemoryBankError, RetrievalError
+from autopersona_flows.memory import MemoryBank, MemoryRetriever, MemoryUpdater, RawTaskRecord
 
 CITATION = Requirement("citation style", options=["APA", "MLA", "Chicago"])
 NODE = NodeInfo(id="format-bibliography", instruction="Format the bibliography of the paper")

@@ -8,7 +8,7 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
-from autopersona_flows import JsonlMemoryStore, MemoryRetriever
+from autopersona_flows import JsonlMemoryStore
 from autopersona_flows.agent import (
     ClarifyDecision,
     Constraint,
@@ -26,6 +26,7 @@ from autopersona_flows.agent.evaluation import (
     seed_memories,
 )
 from autopersona_flows.errors import EvaluationError, PolicyError
+from autopersona_flows.memory import MemoryRetriever
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "clarification"
 CASES = DATA / "cases.jsonl"

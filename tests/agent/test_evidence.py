@@ -10,7 +10,6 @@ import pytest
 from autopersona_flows import (
     JsonlMemoryStore,
     MemoryRecord,
-    MemoryRetriever,
     PersonaMemory,
     PolicyError,
     TrajectoryMemory,
@@ -25,6 +24,7 @@ from autopersona_flows.agent import (
     Requirement,
 )
 from autopersona_flows.agent.evaluation import noise_memories
+from autopersona_flows.memory import MemoryRetriever
 from autopersona_flows.memory.records import LayerContent
 from autopersona_flows.memory.updates import embed_records
 

@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
-from autopersona_flows import LAYERS, JsonlMemoryStore, MemoryRetriever
+from autopersona_flows import JsonlMemoryStore
 from autopersona_flows.agent import (
     ClarifyDecision,
     Constraint,
@@ -31,7 +31,9 @@ from autopersona_flows.agent.evaluation import (
     read_judgement_cases,
 )
 from autopersona_flows.errors import EvaluationError
+from autopersona_flows.memory import MemoryRetriever
 from autopersona_flows.memory.protocol import MemoryStore
+from autopersona_flows.memory.records import LAYERS
 from autopersona_flows.memory.retrieval import MemoryBundle
 
 DATA = Path(__file__).resolve().parent.parent / "data"

@@ -2,7 +2,7 @@
 
 import pytest
 
-from autopersona_flows import JsonlMemoryStore, MemoryRetriever, PersonaMemory, PolicyError
+from autopersona_flows import JsonlMemoryStore, PersonaMemory, PolicyError
 from autopersona_flows.agent import (
     ClarifyDecision,
     FinalDecision,
@@ -11,6 +11,7 @@ from autopersona_flows.agent import (
     PersonaRequest,
     Requirement,
 )
+from autopersona_flows.memory import MemoryRetriever
 
 QUERY = "Book me a flight to Oslo next Monday"
 NODE = NodeInfo(id="choose-seat", instruction="Pick a seat on the flight")

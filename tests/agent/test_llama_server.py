@@ -19,9 +19,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from autopersona_flows import JsonlMemoryStore, MemoryRetriever, PersonaMemory, PolicyError
+from autopersona_flows import JsonlMemoryStore, PersonaMemory, PolicyError
 from autopersona_flows.agent import NodeInfo, PersonaAgent, PersonaRequest, Requirement
 from autopersona_flows.agent.openai import OpenAICompatiblePolicy
+from autopersona_flows.memory import MemoryRetriever
 from autopersona_flows.testing.llama import SmolLM2Unavailable, llama_server
 
 pytestmark = pytest.mark.llm
@@ -126,9 +127,13 @@ def test_the_extractor_over_the_real_server_stores_only_what_the_person_wrote(
 ) -> None:
     from datetime import UTC, datetime
 
-    from autopersona_flows import MemoryUpdater, RawTaskRecord
+    from autopersona_flows import RawTaskRecord
     from autopersona_flows.errors import ExtractionError
-    from autopersona_flows.memory import OpenAICompatibleExtractor, ingest_task_history
+    from autopersona_flows.memory import (
+        MemoryUpdater,
+        OpenAICompatibleExtractor,
+        ingest_task_history,
+    )
     from autopersona_flows.memory.phrases import content_roots
 
     said = "Book me a flight to Oslo. I always sit in the aisle, and I'm vegetarian."

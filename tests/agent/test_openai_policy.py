@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from autopersona_flows import JsonlMemoryStore, MemoryUpdater, PersonaMemory, PolicyError
+from autopersona_flows import JsonlMemoryStore, PersonaMemory, PolicyError
 from autopersona_flows.agent import (
     ClarifyDecision,
     FinalDecision,
@@ -26,6 +26,7 @@ from autopersona_flows.agent.openai import (
     OpenAICompatiblePolicy,
     schema_for,
 )
+from autopersona_flows.memory import MemoryUpdater
 from autopersona_flows.memory.records import Embedding, MemoryRecord, WorkspaceMemory
 from autopersona_flows.memory.retrieval import (
     MemoryBundle,

@@ -17,7 +17,8 @@ from prefect.client.orchestration import get_client
 from prefect.flow_runs import resume_flow_run
 
 from autopersona_flows.flows import pending_clarifications
-from autopersona_flows.memory import open_store, read_snapshot
+from autopersona_flows.memory import open_store
+from autopersona_flows.memory.snapshots import read_snapshot
 from examples.reading_group import HISTORY, worklog
 
 pytestmark = pytest.mark.e2e

@@ -29,8 +29,8 @@ from autopersona_flows.memory import (
     TrajectoryMemory,
     WorkspaceMemory,
     erase_user,
-    read_snapshot,
 )
+from autopersona_flows.memory.snapshots import read_snapshot
 from autopersona_flows.memory.users import user_key
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")

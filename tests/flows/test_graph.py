@@ -142,7 +142,7 @@ def test_tools_resolve_from_import_paths() -> None:
     with pytest.raises(GraphError, match="cannot import tool"):
         resolve_tool("no_such_module:thing")
     with pytest.raises(GraphError, match="not a callable"):
-        resolve_tool("autopersona_flows.memory:LAYERS")
+        resolve_tool("autopersona_flows.memory.records:LAYERS")
     requires = [Requirement("citation style", options=["APA", "MLA"])]
     assert (
         TaskNode(id="cite", tool="autopersona_flows.memory.text:terms", requires=requires).requires

@@ -25,14 +25,14 @@ from autopersona_flows.flows import memory_maintenance, persona_runtime
 from autopersona_flows.memory import (
     HashingEmbedder,
     JsonlMemoryStore,
-    LayerContent,
     MemoryRecord,
     PersonaMemory,
     TrajectoryMemory,
     WorkspaceMemory,
-    embed_records,
-    read_snapshot,
 )
+from autopersona_flows.memory.records import LayerContent
+from autopersona_flows.memory.snapshots import read_snapshot
+from autopersona_flows.memory.updates import embed_records
 from autopersona_flows.memory.users import user_key
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")

@@ -9,7 +9,8 @@ from prefect.flow_runs import resume_flow_run
 
 from autopersona_flows.agent import PersonaAgent, Requirement
 from autopersona_flows.flows import PendingClarification, TaskGraph, TaskNode, run_persona_graph
-from autopersona_flows.memory import MemoryBank, Provenance, open_store
+from autopersona_flows.memory import MemoryBank, open_store
+from autopersona_flows.memory.provenance import Provenance
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 

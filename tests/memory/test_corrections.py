@@ -13,8 +13,8 @@ from autopersona_flows.memory import (
     MemoryBank,
     PersonaMemory,
     SearchRequest,
-    consolidate_duplicates,
 )
+from autopersona_flows.memory.maintenance import consolidate_duplicates
 
 
 def found(bank: MemoryBank, query: str) -> list[str]:

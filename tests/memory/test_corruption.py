@@ -7,7 +7,6 @@ import pytest
 
 from autopersona_flows import (
     JsonlMemoryStore,
-    MemoryChange,
     MemoryRecord,
     MemoryStoreCorruptionError,
     PersonaMemory,
@@ -15,6 +14,7 @@ from autopersona_flows import (
     WorkspaceMemory,
 )
 from autopersona_flows.cli import main
+from autopersona_flows.memory import MemoryChange
 
 
 def make_bank(root: Path) -> tuple[Path, list[bytes]]:

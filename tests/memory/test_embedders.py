@@ -8,14 +8,9 @@ import sys
 import numpy as np
 import pytest
 
-from autopersona_flows import EmbedderError
-from autopersona_flows.memory import (
-    Embedder,
-    FunctionEmbedder,
-    HashingEmbedder,
-    MiniLMEmbedder,
-    get_embedder,
-)
+from autopersona_flows.errors import EmbedderError
+from autopersona_flows.memory import Embedder, FunctionEmbedder, HashingEmbedder, MiniLMEmbedder
+from autopersona_flows.memory.embedders import get_embedder
 from autopersona_flows.memory.text import hashing_terms, terms
 
 HAS_MINILM = all(
@@ -85,7 +80,7 @@ def test_get_embedder_by_name_and_import_path() -> None:
     with pytest.raises(EmbedderError, match="cannot import"):
         get_embedder("no_such_module:thing")
     with pytest.raises(EmbedderError, match="is not an Embedder"):
-        get_embedder("autopersona_flows.memory:LAYERS")
+        get_embedder("autopersona_flows.memory.records:LAYERS")
 
 
 @pytest.mark.skipif(HAS_MINILM, reason="the minilm extra is installed")

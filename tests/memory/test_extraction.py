@@ -20,9 +20,9 @@ from autopersona_flows.memory import (
     SearchRequest,
     chat_sessions,
     ingest_task_history,
-    valid_until,
 )
 from autopersona_flows.memory.extraction import fact, first_person, statement
+from autopersona_flows.memory.validity import valid_until
 
 WEDNESDAY = datetime(2025, 1, 8, 15, 0, tzinfo=UTC)
 DAY = timedelta(days=1)

@@ -6,7 +6,6 @@ import orjson
 import pytest
 
 from autopersona_flows import (
-    LAYERS,
     JsonlMemoryStore,
     PersonaMemory,
     RawTaskRecord,
@@ -17,21 +16,26 @@ from autopersona_flows.agent import NodeInfo, PersonaRequest, query_to_persona_r
 from autopersona_flows.errors import EmbeddingMismatchError, IngestionError
 from autopersona_flows.memory import (
     HashingEmbedder,
-    IngestionResult,
     MemoryRetriever,
     MemoryUpdater,
-    Persona2WebCase,
     SearchRequest,
-    history_to_raw_tasks,
     ingest_task_history,
-    load_persona2web,
+)
+from autopersona_flows.memory.encoders import shared_encoder
+from autopersona_flows.memory.ingestion import (
+    IngestionResult,
+    read_task_records,
     refine_persona,
     refine_trajectory,
     refine_workspace,
-    reindex_user,
 )
-from autopersona_flows.memory.encoders import shared_encoder
-from autopersona_flows.memory.ingestion import read_task_records
+from autopersona_flows.memory.persona2web import (
+    Persona2WebCase,
+    history_to_raw_tasks,
+    load_persona2web,
+)
+from autopersona_flows.memory.records import LAYERS
+from autopersona_flows.memory.reindex import reindex_user
 from autopersona_flows.memory.text import memory_text
 
 PRIVATE_TEXT = "my bank PIN is 4321"

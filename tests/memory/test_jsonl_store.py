@@ -6,8 +6,6 @@ import orjson
 import pytest
 
 from autopersona_flows import (
-    DuplicateMemoryError,
-    Embedding,
     JsonlMemoryStore,
     MemoryNotFoundError,
     MemoryRecord,
@@ -17,6 +15,8 @@ from autopersona_flows import (
     WorkspaceMemory,
 )
 from autopersona_flows.cli import main
+from autopersona_flows.errors import DuplicateMemoryError
+from autopersona_flows.memory.records import Embedding
 from autopersona_flows.memory.users import user_key
 
 TRICKY_TEXT = (

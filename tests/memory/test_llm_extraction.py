@@ -17,7 +17,6 @@ import pytest
 import autopersona_flows
 from autopersona_flows.errors import ExtractionError, IngestionError
 from autopersona_flows.memory import (
-    LAYERS,
     JsonlMemoryStore,
     MemoryUpdater,
     OpenAICompatibleExtractor,
@@ -25,6 +24,7 @@ from autopersona_flows.memory import (
     RawTaskRecord,
     ingest_task_history,
 )
+from autopersona_flows.memory.records import LAYERS
 from autopersona_flows.testing.chat_server import FakeChatServer, completion
 
 WEDNESDAY = datetime(2025, 1, 8, 15, 0, tzinfo=UTC)

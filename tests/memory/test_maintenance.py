@@ -14,18 +14,16 @@ from autopersona_flows import (
     TrajectoryMemory,
     WorkspaceMemory,
 )
-from autopersona_flows.memory import (
+from autopersona_flows.memory import HashingEmbedder, MemoryRecord, maintain_user
+from autopersona_flows.memory.maintenance import (
     Compactable,
-    HashingEmbedder,
-    LayerContent,
     MaintenanceReport,
     MemoryMerge,
-    MemoryRecord,
     consolidate_duplicates,
-    embed_records,
     expire_workspace,
-    maintain_user,
 )
+from autopersona_flows.memory.records import LayerContent
+from autopersona_flows.memory.updates import embed_records
 from autopersona_flows.memory.users import user_key
 
 NOW = datetime(2025, 1, 31, 12, 0, tzinfo=UTC)

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autopersona_flows import EmbedderError
+from autopersona_flows.errors import EmbedderError
 from autopersona_flows.memory import MiniLMEmbedder, minilm
 from autopersona_flows.memory.minilm import MiniLMEncoder, find_model_dir
 

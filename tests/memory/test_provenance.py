@@ -23,14 +23,14 @@ from autopersona_flows.memory import (
     MemoryStore,
     MemoryUpdater,
     PersonaMemory,
-    Provenance,
     TrajectoryMemory,
     ingest_task_history,
     open_store,
     promote_choices,
-    read_task_records,
     retire_expired,
 )
+from autopersona_flows.memory.ingestion import read_task_records
+from autopersona_flows.memory.provenance import Provenance
 
 USER = "ada"
 QUESTION = "Which citation style should the paper use?"

@@ -9,14 +9,14 @@ import pytest
 from pydantic import ValidationError
 
 from autopersona_flows import (
-    Embedding,
     MemoryRecord,
     PersonaMemory,
     RawTaskRecord,
     TrajectoryMemory,
     WorkspaceMemory,
 )
-from autopersona_flows.memory import content_type, new_memory_id
+from autopersona_flows.memory.ids import new_memory_id
+from autopersona_flows.memory.records import Embedding, content_type
 
 
 def test_of_takes_the_layer_from_the_content() -> None:

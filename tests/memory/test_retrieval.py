@@ -9,24 +9,23 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from autopersona_flows import (
-    EmbeddingMismatchError,
     InvalidUserIdError,
     JsonlMemoryStore,
     PersonaMemory,
-    RetrievalError,
     StoreUnavailableError,
     TrajectoryMemory,
     WorkspaceMemory,
 )
+from autopersona_flows.errors import EmbeddingMismatchError, RetrievalError
 from autopersona_flows.memory import (
     FunctionEmbedder,
     HashingEmbedder,
     MemoryRetriever,
     MemoryUpdater,
-    Scoring,
     SearchRequest,
-    embed_records,
 )
+from autopersona_flows.memory.index import Scoring
+from autopersona_flows.memory.updates import embed_records
 
 
 class CountingEmbedder:

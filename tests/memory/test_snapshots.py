@@ -9,16 +9,11 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
-from autopersona_flows import (
-    JsonlMemoryStore,
-    MemorySnapshot,
-    PersonaMemory,
-    SnapshotError,
-    TrajectoryMemory,
-    WorkspaceMemory,
-)
+from autopersona_flows import JsonlMemoryStore, PersonaMemory, TrajectoryMemory, WorkspaceMemory
 from autopersona_flows.cli import main
-from autopersona_flows.memory import read_snapshot
+from autopersona_flows.errors import SnapshotError
+from autopersona_flows.memory import MemorySnapshot
+from autopersona_flows.memory.snapshots import read_snapshot
 
 PRIVATE_TEXT = "my bank PIN is 4321"
 

@@ -6,16 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from autopersona_flows import (
-    JsonlMemoryStore,
+from autopersona_flows import JsonlMemoryStore, PersonaMemory, TrajectoryMemory, WorkspaceMemory
+from autopersona_flows.errors import ResolverError
+from autopersona_flows.memory import (
+    FunctionResolver,
+    HashingEmbedder,
+    HeuristicResolver,
     MemoryUpdater,
-    PersonaMemory,
-    ResolverError,
-    TrajectoryMemory,
     UpdateDecision,
-    WorkspaceMemory,
 )
-from autopersona_flows.memory import FunctionResolver, HashingEmbedder, HeuristicResolver
 
 
 class Scripted:
@@ -181,7 +180,8 @@ def test_updater_arguments_are_checked(store: JsonlMemoryStore) -> None:
 
 WORKER = """
 import sys
-from autopersona_flows import JsonlMemoryStore, MemoryUpdater, PersonaMemory
+from autopersona_flows import JsonlMemoryStore, PersonaMemory
+from autopersona_flows.memory import MemoryUpdater
 root, n = sys.argv[1], int(sys.argv[2])
 updater = MemoryUpdater(JsonlMemoryStore(root))
 trips = ["rome", "oslo", "lima", "kyiv"]
