@@ -202,6 +202,14 @@ class Bank:
             # The user was erased while this waited: that lock guards nothing now.
             unlock_file(fd)
 
+    def appeared(self) -> bool:
+        """Whether this bank, held shared before its lock file existed, has one now.
+
+        A shared hold of a bank nobody has written takes no lock (there is no file
+        to lock): a writer may create and fill the bank meanwhile.
+        """
+        return self._lock_fd is None and self.root.inside(self.lock_path).exists()
+
     def erased(self) -> None:
         """Drop this process's view of the bank and its history: the files are gone."""
         self._reset()

@@ -58,6 +58,7 @@ from autopersona_flows.errors import (
     MemoryStoreCorruptionError,
     MemoryStoreError,
     SnapshotError,
+    StoreUnavailableError,
     UnsafeLinkError,
 )
 from autopersona_flows.memory._banks import (
@@ -103,6 +104,10 @@ class StrayEntry:
     path: Path
     damage: bool
     reason: str
+
+
+_READ_ATTEMPTS = 10
+"""How often a read of all of a user's banks is tried while they are being created."""
 
 
 class JsonlMemoryStore:
@@ -391,29 +396,47 @@ class JsonlMemoryStore:
     ) -> Iterator[dict[MemoryLayer, Bank]]:
         # A fixed lock order (LAYERS) keeps two multi-bank callers from deadlocking.
         banks = {layer: self._bank(user_id, layer) for layer in LAYERS}
-        with ExitStack() as stack:
-            for bank in banks.values():
-                stack.enter_context(bank.hold(exclusive=exclusive))
-                try:
-                    bank.sync()
-                except MemoryStoreCorruptionError:
-                    if not overwrite:
-                        raise
-                    # About to be replaced whole: a corrupt bank is what a restore repairs.
-                    # Its bytes are kept, as they may hold more than the snapshot.
-                    bank.set_aside()
-                    bank.forget(keep_generation=True)
-                if not exclusive:
-                    continue
-                try:
-                    bank.history.check()
-                except MemoryStoreCorruptionError:
-                    if not overwrite:
-                        raise
-                    bank.history.set_aside()  # the restored bank starts a fresh history
-                    continue
-                bank.settle()
-            yield banks
+        for _ in range(_READ_ATTEMPTS):
+            with ExitStack() as stack:
+                if self._held(banks, stack, exclusive=exclusive, overwrite=overwrite):
+                    yield banks
+                    return
+        raise StoreUnavailableError(
+            f"the banks of user {user_id!r} kept being created while they were read"
+        )
+
+    @staticmethod
+    def _held(
+        banks: dict[MemoryLayer, Bank], stack: ExitStack, *, exclusive: bool, overwrite: bool
+    ) -> bool:
+        """Hold every bank in ``stack``; whether that is one view of them.
+
+        A shared hold of a bank with no file yet locks nothing: if a writer created
+        it while the others were taken, what was read of it may be older than the
+        rest (a new user's first layer behind the others), so the caller reads again.
+        """
+        for bank in banks.values():
+            stack.enter_context(bank.hold(exclusive=exclusive))
+            try:
+                bank.sync()
+            except MemoryStoreCorruptionError:
+                if not overwrite:
+                    raise
+                # About to be replaced whole: a corrupt bank is what a restore repairs.
+                # Its bytes are kept, as they may hold more than the snapshot.
+                bank.set_aside()
+                bank.forget(keep_generation=True)
+            if not exclusive:
+                continue
+            try:
+                bank.history.check()
+            except MemoryStoreCorruptionError:
+                if not overwrite:
+                    raise
+                bank.history.set_aside()  # the restored bank starts a fresh history
+                continue
+            bank.settle()
+        return exclusive or not any(bank.appeared() for bank in banks.values())
 
     def snapshot(self, user_id: str) -> MemorySnapshot:
         """Read all layers under their locks as one view; see `MemoryStore.snapshot`."""

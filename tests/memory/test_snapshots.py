@@ -3,7 +3,10 @@
 import os
 import subprocess
 import sys
+import threading
+from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -257,3 +260,38 @@ def test_export_with_a_file_in_the_way_fails_cleanly_and_creates_nothing(
         assert "Not a directory" in result.stderr
         assert "Traceback" not in result.stderr
     assert (tmp_path / "afile").read_text() == "not a folder"
+
+
+def test_a_snapshot_of_a_user_whose_banks_are_being_created_is_never_torn(
+    store: JsonlMemoryStore, store_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A snapshot (through another store object, as another process takes it) of a new
+    user reads a layer before its file exists; a writer then adds one memory to each
+    layer under all three locks before the snapshot reaches the next layer. The
+    snapshot must not see the first layer behind (0, 1, 1): all three or none."""
+    reader = JsonlMemoryStore(store_root)
+    workspace = reader._bank("ada", "workspace")
+    hold = workspace.hold
+    written: list[bool] = []
+
+    def write_everything_first(*, exclusive: bool) -> Any:
+        if not written:  # the writer's whole transaction, between two layers of the read
+            written.append(True)
+            writer = threading.Thread(target=write_one_memory_each, args=(store, "ada"))
+            writer.start()
+            writer.join()
+        return hold(exclusive=exclusive)
+
+    monkeypatch.setattr(workspace, "hold", write_everything_first)
+    counts = [len(layer) for layer in reader.snapshot("ada").memories.values()]
+    assert written
+    assert counts == [1, 1, 1]
+
+
+def write_one_memory_each(store: JsonlMemoryStore, user: str) -> None:
+    with ExitStack() as stack:
+        for layer in ("trajectory", "workspace", "persona"):
+            stack.enter_context(store.locked(user, layer))
+        store.add(user, TrajectoryMemory(query="plan the trip"))
+        store.add(user, WorkspaceMemory(task="trip", state="booked"))
+        store.add(user, PersonaMemory(topic="seat", preference="aisle"))
