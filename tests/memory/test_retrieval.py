@@ -130,6 +130,19 @@ def test_a_memory_sharing_nothing_with_the_query_is_not_returned(store: JsonlMem
     assert retriever.retrieve("ada", [search("quantum chromodynamics")]).persona == []
 
 
+def test_by_default_a_memory_unrelated_in_words_and_meaning_is_not_returned(
+    store: JsonlMemoryStore,
+) -> None:
+    # The default embedder's floor: a chance cosine between unrelated texts adds nothing.
+    store.add("ada", PersonaMemory(topic="tone", preference="formal"))
+    store.add("ada", PersonaMemory(topic="seat", preference="aisle on trains"))
+    retriever = MemoryRetriever(store)
+    for query in ("dairy", "what milk do I drink", "lactose"):
+        assert retriever.retrieve("ada", [search(query)]).persona == [], query
+    [seat] = retriever.retrieve("ada", [search("train seat")]).persona
+    assert seat.record.content.topic == "seat"
+
+
 def test_repeating_a_memory_scores_about_one(seeded: JsonlMemoryStore) -> None:
     bundle = MemoryRetriever(seeded).retrieve("ada", [search("tone terse, no preamble")], top_k=1)
     assert bundle.persona[0].score == pytest.approx(1.0, abs=0.02)
