@@ -107,6 +107,7 @@ class NodeCall(BaseModel):
             answers=self.answers,
             inputs={name: run["output"] for name, run in upstream.items()},
             tools=self.tools,
+            declared=[requirement.name for requirement in self.requirements],
         )
 
 

@@ -78,6 +78,8 @@ class NodeContext(BaseModel):
         answer: The last answer, if this node asked (``answers[-1]``, kept for tools
             written for one question).
         question: The last question asked, if any.
+        declared: The names of the requirements the node declares (``None``: not
+            known, for a context built by hand).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -94,9 +96,24 @@ class NodeContext(BaseModel):
     answers: list[AnsweredQuestion] = Field(default_factory=list)
     answer: str | None = None
     question: str | None = None
+    declared: list[str] | None = None
 
     def requirement(self, name: str) -> RequirementValue | None:
-        """The value the node runs with for requirement ``name``, or None if it has none."""
+        """The value the node runs with for requirement ``name``, or None if it has none.
+
+        Raises:
+            KeyError: If the node declares no requirement ``name`` (a typo, or one
+                it never asked for), naming those it declares.
+        """
+        if (
+            self.declared is not None
+            and name not in self.declared
+            and name not in self.requirements
+        ):
+            declared = ", ".join(map(repr, self.declared)) or "none"
+            raise KeyError(
+                f"{self.node.id!r} declares no requirement {name!r}; it declares {declared}"
+            )
         return self.requirements.get(name)
 
     @classmethod
@@ -110,6 +127,7 @@ class NodeContext(BaseModel):
         answers: list[AnsweredQuestion],
         inputs: dict[str, Any],
         tools: list[str],
+        declared: list[str] | None = None,
     ) -> NodeContext:
         """Assemble the context from a decision and the answers given before it."""
         last = answers[-1] if answers else None
@@ -131,6 +149,7 @@ class NodeContext(BaseModel):
             answers=answers,
             answer=last.answer if last else None,
             question=last.question if last else None,
+            declared=declared,
         )
 
 

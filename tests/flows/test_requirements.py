@@ -156,3 +156,37 @@ def test_a_persona_task_asks_every_missing_requirement(kit, answerer) -> None:
     assert sorted(answerer.stop()) == ["citation style", "paper size"]
     assert write(kit.agent, "e-1") == {"title": "On memory", **ANSWERS}
     assert len(SEEN) == 1  # the replay ran nothing again
+
+
+def looks_up(context: NodeContext) -> dict[str, str | None]:
+    """Look up a declared requirement, one declared without a value, and a typo."""
+    try:
+        context.requirement("citaton style")
+    except KeyError as exc:
+        typo = exc.args[0]
+    else:
+        typo = "no error"
+    held = context.requirement("citation style")
+    optional = context.requirement("reviewer")
+    return {
+        "held": held.value if held else None,
+        "optional": optional.value if optional else None,
+        "typo": typo,
+    }
+
+
+def test_a_requirement_the_node_never_declared_is_a_key_error_naming_those_it_did(kit) -> None:
+    from autopersona_flows.memory import PersonaMemory
+
+    kit.store.add("ada", PersonaMemory(topic="citation style", preference="APA"))
+    reviewer = Requirement("reviewer", required=False)
+    graph = TaskGraph([TaskNode(id="cite", tool=looks_up, requires=[STYLE, reviewer])])
+
+    result = run_persona_graph(graph, "ada", "Finish my paper", agent=kit.agent, poll_interval=0.5)
+
+    assert result["outputs"]["cite"] == {
+        "held": "APA",
+        "optional": None,
+        "typo": "'cite' declares no requirement 'citaton style'; it declares "
+        "'citation style', 'reviewer'",
+    }
