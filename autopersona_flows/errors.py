@@ -61,6 +61,7 @@ __all__ = [
     "GraphError",
     "IngestionError",
     "InvalidUserIdError",
+    "MemoriesExistError",
     "MemoryBankError",
     "MemoryNotFoundError",
     "MemoryStoreCorruptionError",
@@ -168,6 +169,26 @@ class StoreUnavailableError(MemoryStoreError, ConnectionError):
 
 class SnapshotError(MemoryStoreError, ValueError):
     """A snapshot cannot be exported, read or restored as asked."""
+
+
+class MemoriesExistError(SnapshotError):
+    """A snapshot would be restored over a user's memories without ``replace``.
+
+    Attributes:
+        user_id: Whose memories.
+        count: How many they have.
+    """
+
+    def __init__(self, user_id: str, count: int) -> None:
+        super().__init__(
+            f"user {user_id!r} already has {count} memories; restore with replace=True to "
+            "overwrite them"
+        )
+        self.user_id = user_id
+        self.count = count
+
+    def __reduce__(self) -> tuple[type[MemoriesExistError], tuple[str, int]]:
+        return type(self), (self.user_id, self.count)
 
 
 class EmbedderError(AutopersonaError, ValueError):

@@ -72,7 +72,7 @@ def ingest_command(
         for user_id in dict.fromkeys(record.user_id for record in records):
             totals.update(f"persona:{d.operation}" for d in promote_choices(updater, user_id))
     summary = ", ".join(f"{key} {count}" for key, count in sorted(totals.items())) or "nothing"
-    print(f"ingested {len(records)} tasks into {store}: {summary}")
+    print(f"ingested {len(records)} task{'' if len(records) == 1 else 's'} into {store}: {summary}")
 
 
 @app.command("reindex", rich_help_panel=PANEL)

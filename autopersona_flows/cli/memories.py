@@ -413,7 +413,8 @@ def erase_command(
     """Erase a person: their memories, history and maintenance snapshots, for good.
 
     What erasure cannot reach (Prefect's own result storage and server, exports,
-    backups) is listed in the README. Exits 1 if nothing of the user was stored.
+    backups) is listed in docs/erasure.md. Erasing someone of whom nothing is stored
+    is not an error (a request is retried until it succeeds): it says so and exits 0.
     """
     # Imported here: the settings bring Prefect, which the other commands do without.
     from autopersona_flows.flows.settings import load_settings  # noqa: PLC0415
@@ -427,7 +428,9 @@ def erase_command(
         raise typer.Exit(1)
     report = erase_user(target, user, snapshots=folder)
     if not report.found:
-        raise CorrectionError(f"nothing is stored of {user!r}: nothing was erased")
+        # Not an error: an erasure request is retried until it succeeds.
+        print(f"nothing is stored of {user!r}: nothing to erase")
+        return
     print(
         f"erased {user!r}: {report.memories} memories, {report.changes} history entries, "
         f"{len(report.snapshots)} snapshots"

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from autopersona_flows.cli.root import STORE_HELP, Steps, app, existing_store
-from autopersona_flows.errors import MemoryStoreError, SnapshotError
+from autopersona_flows.errors import MemoriesExistError, MemoryStoreError, SnapshotError
 from autopersona_flows.memory.jsonl import JsonlMemoryStore
 from autopersona_flows.memory.records import LAYERS
 from autopersona_flows.memory.snapshots import MemorySnapshot, read_snapshot, write_snapshot
@@ -117,7 +117,13 @@ def import_command(
     ] = False,
 ) -> None:
     """Restore a snapshot file into a store."""
-    restored = import_snapshot(snapshot, store, replace=replace)
+    try:
+        restored = import_snapshot(snapshot, store, replace=replace)
+    except MemoriesExistError as exc:
+        raise SnapshotError(
+            f"user {exc.user_id!r} already has {exc.count} memories in {store}: pass "
+            "--replace to overwrite them"
+        ) from None
     print(f"imported {counts(restored)} into {store}")
     print(f"fingerprint sha256:{restored.fingerprint}")
 

@@ -55,9 +55,9 @@ from pydantic import (
 from autopersona_flows import _json
 from autopersona_flows.errors import (
     DuplicateMemoryError,
+    MemoriesExistError,
     MemoryStoreCorruptionError,
     MemoryStoreError,
-    SnapshotError,
     StoreUnavailableError,
     UnsafeLinkError,
 )
@@ -467,10 +467,7 @@ class JsonlMemoryStore:
         with self._all_layers(snapshot.user_id, exclusive=True, overwrite=replace) as banks:
             existing = sum(len(bank.records) for bank in banks.values())
             if existing and not replace:
-                raise SnapshotError(
-                    f"user {snapshot.user_id!r} already has {existing} memories; "
-                    "restore with replace=True (CLI: --replace) to overwrite them"
-                )
+                raise MemoriesExistError(snapshot.user_id, existing)
             for layer, bank in banks.items():
                 if bank.generation is not None or snapshot.memories[layer]:
                     bank.rewrite(snapshot.memories[layer], create_store=self.root)

@@ -38,10 +38,10 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from autopersona_flows.errors import (
     DuplicateMemoryError,
+    MemoriesExistError,
     MemoryNotFoundError,
     MemoryStoreCorruptionError,
     MemoryStoreError,
-    SnapshotError,
     StoreUnavailableError,
 )
 from autopersona_flows.memory.protocol import ChangeSet, Erasure
@@ -607,10 +607,7 @@ class PostgresMemoryStore:
                 )
             )
             if existing and not replace:
-                raise SnapshotError(
-                    f"user {snapshot.user_id!r} already has {existing} memories; "
-                    "restore with replace=True (CLI: --replace) to overwrite them"
-                )
+                raise MemoriesExistError(snapshot.user_id, existing)
             conn.execute("DELETE FROM autopersona_memories WHERE user_id = %s", (user,))
             for layer in LAYERS:
                 records = snapshot.memories[layer]

@@ -152,7 +152,8 @@ def test_import_over_existing_memories_needs_replace(
     refused = run_cli("import", str(dest), str(store.root))
     assert refused.returncode == 1
     assert "already has 5 memories" in refused.stderr
-    assert "--replace" in refused.stderr
+    assert "pass --replace to overwrite them" in refused.stderr
+    assert "replace=True" not in refused.stderr  # the CLI's words, not the Python API's
     assert store.snapshot_fingerprint("ada") == changed
 
     assert main(["import", str(dest), str(store.root), "--replace"]) == 0
