@@ -493,14 +493,6 @@ def test_cli_ingest_prints_counts_only(run_cli, store_root: Path, tmp_path: Path
     assert PRIVATE_TEXT not in result.stdout + result.stderr
     assert "Portuguese" not in result.stdout + result.stderr
 
-
-def test_cli_ingest_of_one_task_says_one_task(run_cli, store_root: Path, tmp_path: Path) -> None:
-    path = tmp_path / "one.jsonl"
-    path.write_bytes(task_line("ada"))
-    result = run_cli("ingest", str(store_root), str(path))
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith(f"ingested 1 task into {store_root}: ")
-
     store = JsonlMemoryStore(store_root)
     assert store.users() == ["ada", "bob"]
     assert [r.content.query for r in store.list("ada", "trajectory")] == [
@@ -508,6 +500,14 @@ def test_cli_ingest_of_one_task_says_one_task(run_cli, store_root: Path, tmp_pat
         "book a table for two in Lisbon",
     ]
     assert_embedded_by(store, shared_encoder(), "bob")
+
+
+def test_cli_ingest_of_one_task_says_one_task(run_cli, store_root: Path, tmp_path: Path) -> None:
+    path = tmp_path / "one.jsonl"
+    path.write_bytes(task_line("ada"))
+    result = run_cli("ingest", str(store_root), str(path))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"ingested 1 task into {store_root}: ")
 
 
 def test_cli_ingest_validates_the_whole_file_before_writing(
