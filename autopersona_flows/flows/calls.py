@@ -21,6 +21,7 @@ from prefect.context import TaskRunContext
 from prefect.utilities.annotations import opaque, quote
 from pydantic import BaseModel, ConfigDict, Field
 
+from autopersona_flows import _json
 from autopersona_flows.agent.decisions import (
     ClarifyDecision,
     FinalDecision,
@@ -35,7 +36,16 @@ from autopersona_flows.flows.graph import resolve_tool
 from autopersona_flows.flows.options import PersonaTaskOptions, RunName, build_task
 from autopersona_flows.memory.records import LAYERS, JsonValue, check_json
 
-__all__ = ["NodeCall", "NodeRun", "RunTool", "is_async", "json_output", "run_task", "summarise"]
+__all__ = [
+    "NodeCall",
+    "NodeRun",
+    "RunTool",
+    "as_json",
+    "is_async",
+    "json_output",
+    "run_task",
+    "summarise",
+]
 
 _EMBEDDINGS: dict[str, Any] = {
     "memories": {layer: {"__all__": {"record": {"embedding"}}} for layer in LAYERS}
@@ -89,7 +99,7 @@ class NodeCall(BaseModel):
         """
         left_out: dict[str, Any] = {"decision": _EMBEDDINGS}
         left_out |= {name: True for name in ("element", "tool") if getattr(self, name) is None}
-        inputs = self.model_dump(mode="json", exclude=left_out)
+        inputs = as_json(self, exclude=left_out)
         if elsewhere:
             return {"inputs": inputs, "resolved": {"inputs": upstream}}
         resolved: dict[str, Any] = {"inputs": {name: opaque(f) for name, f in upstream.items()}}
@@ -138,6 +148,11 @@ class RunTool:
 
     fn: Callable[..., Any]
     arguments: ToolArguments | None = None
+
+
+def as_json(model: BaseModel, *, exclude: dict[str, Any] | None = None) -> Any:
+    """``model`` as JSON values: what keys a step (a request, an answer) and a run (a call)."""
+    return _json.loads(model.model_dump_json(exclude=exclude))
 
 
 def is_async(fn: Callable[..., Any]) -> bool:

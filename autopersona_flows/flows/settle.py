@@ -24,7 +24,6 @@ from typing import Any, NamedTuple, cast
 from prefect.futures import wait
 from prefect.results import ResultStore
 from prefect.utilities.annotations import quote
-from pydantic import BaseModel
 
 from autopersona_flows import _json
 from autopersona_flows.agent.agent import PersonaAgent
@@ -43,7 +42,7 @@ from autopersona_flows.errors import (
     StoreUnavailableError,
 )
 from autopersona_flows.flows.cache_policies import node_cache_key
-from autopersona_flows.flows.calls import _EMBEDDINGS, NodeCall
+from autopersona_flows.flows.calls import _EMBEDDINGS, NodeCall, as_json
 from autopersona_flows.flows.clarification import (
     ask_all,
     field_names,
@@ -102,7 +101,7 @@ class NodePlan:
     @functools.cached_property
     def keyed(self) -> dict[str, Any]:
         """The request as JSON (and the element's index): what its decide steps are keyed by."""
-        request = _keyed(self.request)
+        request = as_json(self.request)
         return request if self.element is None else request | {"element": self.element}
 
     def call(self, settled: Settled, tool: str | None = None) -> NodeCall:
@@ -223,7 +222,7 @@ class Settler:
         operations: list[dict[str, str]] = []
         asks = self.may_ask(plan.requirements)
         for round_ in itertools.count(1):
-            given = [_keyed(answer) for answer in answers]
+            given = [as_json(answer) for answer in answers]
             inputs = plan.keyed | {"answered": given} if answers else plan.keyed
             decision = self.kept(
                 "decide", plan.node.id, inputs, lambda: self._decide(plan.request), retries
@@ -428,11 +427,6 @@ class Settler:
             defaults = [Given(_default(d, "nobody answered in time"), True) for _, d in asking]
             record_defaults(asking, [g.answer for g in defaults], where)
             return defaults
-
-
-def _keyed(model: BaseModel) -> Any:
-    """``model`` as the JSON a step is keyed by."""
-    return _json.loads(model.model_dump_json())
 
 
 def _decisions_json(made: Any) -> Any:
