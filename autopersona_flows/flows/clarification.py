@@ -49,6 +49,7 @@ __all__ = [
     "question_markdown",
     "question_of",
     "questions_form",
+    "record_answered",
     "record_defaults",
     "response_key",
     "step_words",
@@ -371,15 +372,29 @@ def ask_all(
     # Never blank: the server refused a blank answer, and loading it through the form
     # would too.
     given = [str(getattr(answer, name)) for name in field_names(decisions)]
+    record_answered(questions, given, where)
+    return given
+
+
+def record_answered(
+    questions: Sequence[tuple[str, ClarifyDecision]], given: Sequence[str], where: str = "start"
+) -> None:
+    """Leave the answered trail: a log line each, the answered event, the artifact's new version.
+
+    Called by `ask_all` once the answers are in, and for a suspended run resumed with
+    them, which runs again from the top and reads them back instead (`EpisodeAnswers`).
+    """
+    context = FlowRunContext.get()
+    decisions = [decision for _, decision in questions]
     for decision, one_answer in zip(decisions, given, strict=True):
         _logger(context).info("Answered %r: %r", decision.question, one_answer)
     blocking(create_markdown_artifact)(
-        markdown=_artifact(questions, given),
-        key=key,
+        markdown=_artifact(questions, list(given)),
+        key=form_key(questions, where),
         description="Answered: " + " / ".join(given),
     )
-    emit_clarification_answered(asked, given, user_id)
-    return given
+    asked = [asked_question(node_id, decision) for node_id, decision in questions]
+    emit_clarification_answered(asked, list(given), _user_of(decisions[0], context))
 
 
 def _show(

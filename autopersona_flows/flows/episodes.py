@@ -45,10 +45,14 @@ class Given(NamedTuple):
     Attributes:
         answer: The answer.
         default: Whether it is the requirement's declared default, not the person's.
+        heard: Whether it was read just now from the input of a run that asked (a
+            suspended run, resumed with its answer, runs again from the top): its
+            answered trail (log, event, artifact) is still to be written.
     """
 
     answer: str
     default: bool = False
+    heard: bool = False
 
 
 class EpisodeAnswers:
@@ -96,7 +100,7 @@ class EpisodeAnswers:
             answer = answer_given(asking.flow_run_id, asking.response_key, decision, asking.field)
             if answer is not None:
                 self.keep(node_id, user_id, decision, Given(answer))
-                return Given(answer)
+                return Given(answer, heard=True)
         return None
 
     def asking(self, node_id: str, user_id: str, decision: ClarifyDecision, asking: Asking) -> None:

@@ -47,6 +47,7 @@ from autopersona_flows.flows.clarification import (
     ask_all,
     field_names,
     form_key,
+    record_answered,
     record_defaults,
     response_key,
 )
@@ -387,6 +388,11 @@ class Settler:
         # retry) then rebuilds exactly the inputs the node ran with.
         answers = EpisodeAnswers(self.runtime.result_storage, self.episode_id)
         given = [answers.recall(node_id, user_id, decision) for node_id, decision in questions]
+        heard = [n for n, answer in enumerate(given) if answer is not None and answer.heard]
+        if heard:  # answered while this run (or one before it) was suspended
+            record_answered(
+                [questions[n] for n in heard], [cast(Given, given[n]).answer for n in heard], where
+            )
         missing = [n for n, answer in enumerate(given) if answer is None]
         budget = self.runtime.question_budget
         room = len(missing) if budget is None else max(0, budget - self.counter.clarifications)

@@ -10,13 +10,19 @@ maintenance deployment reports the snapshot fingerprint of her bank.
 
 from __future__ import annotations
 
+import time
+from uuid import UUID
+
 import orjson
 import pytest
 from _runs import TOOLS, start, state_names, tool_calls, wait_for
 from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
 from prefect.flow_runs import resume_flow_run
 
 from autopersona_flows.flows import pending_clarifications
+from autopersona_flows.flows.events import CLARIFICATION_ANSWERED
 from autopersona_flows.memory import open_store
 from autopersona_flows.memory.snapshots import read_snapshot
 from examples.reading_group import HISTORY, worklog
@@ -85,9 +91,14 @@ def test_a_ui_run_suspends_asks_rejects_a_bad_answer_and_resumes_without_repeati
 
     resume_flow_run(run_id, run_input={"answer": "APA"})
     wait_for(run_id, "Completed")
-    with get_client(sync_client=True) as client:
-        shown = [a for a in client.read_artifacts() if a.key == waiting.key]
-    assert len(shown) == 1  # the resumed process does not show the question again
+    # The answer leaves its trail in the resumed process, which read it back from the
+    # run's input: the artifact's answered version, the log line, the event (logs and
+    # events reach the server a little later).
+    shown, logs, answered = answer_trail(run_id, waiting.key)
+    assert len(shown) == 2  # asked, then answered: the question is not shown again
+    assert sum("Answer: **APA**" in a.data for a in shown) == 1
+    assert any(m.startswith("Answered") and "'APA'" in m for m in logs)
+    assert len(answered) == 1
 
     assert tool_calls(stack) == dict.fromkeys(TOOLS, 1)  # across both processes
     # All of them in the resumed process: the first one only asked.
@@ -96,6 +107,31 @@ def test_a_ui_run_suspends_asks_rejects_a_bad_answer_and_resumes_without_repeati
     assert "Resuming" in state_names(run_id)
     persona = open_store(stack.store).list("ada", "persona")
     assert ("citation style", "APA") in {(m.content.topic, m.content.preference) for m in persona}
+
+
+def answer_trail(run_id: UUID, key: str, timeout: float = 30) -> tuple[list, list[str], list]:
+    """The run's clarification artifacts, log messages and answered events, once all came."""
+    until = time.monotonic() + timeout
+    while True:
+        with get_client(sync_client=True) as client:
+            shown = [a for a in client.read_artifacts() if a.key == key]
+            logs = [
+                log.message
+                for log in client.read_logs(
+                    LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run_id]))
+                )
+            ]
+            answered = client.read_events(
+                EventFilter(
+                    event=EventNameFilter(name=[CLARIFICATION_ANSWERED]),
+                    resource=EventResourceFilter(id=[f"prefect.flow-run.{run_id}"]),
+                ),
+                limit=50,
+            ).events
+        arrived = len(shown) >= 2 and answered and any(m.startswith("Answered") for m in logs)
+        if arrived or time.monotonic() > until:
+            return shown, logs, answered
+        time.sleep(0.5)
 
 
 def test_the_next_run_asks_nothing(stack) -> None:
