@@ -6,8 +6,9 @@ Three tables, created on first use (idempotently, under an advisory lock, so sev
 processes may start at once):
 
 * ``autopersona_banks``: one row per (user, layer): its ``generation`` (replaced when
-  the bank is restored wholesale) and ``last_seq``, the change sequence of its last
-  write;
+  the bank is restored wholesale), ``last_seq``, the change sequence of its last
+  write, and ``unverified``, set by a trigger when a row of the bank was written by
+  anything but this store;
 * ``autopersona_memories``: the live records, as the exact JSON bytes the JSONL
   store writes (``bytea``: PostgreSQL text cannot hold NUL, JSON strings can), with
   ``position`` (insertion order) and ``seq`` (the change that last wrote it);
@@ -21,6 +22,14 @@ of processes are serialised per bank and change sequences commit in order within
 bank; `locked` holds the same lock at session level across several calls. Reads that
 must agree with each other (`changes`, `snapshot`) run in one repeatable-read
 transaction.
+
+A corrupt row refuses every write to its bank, as a corrupt line does in the JSONL
+store: rows come only from this store unless someone writes them by hand (or with
+another tool), and a trigger marks the bank of every row written that way; the next
+write to a marked bank reads and checks all its rows and history first, and raises
+`MemoryStoreCorruptionError` naming the row, changing nothing, if one is not a sound
+record of its layer. Writes to unmarked banks pay nothing for this. Every read
+checks the rows it returns.
 """
 
 from __future__ import annotations
@@ -74,6 +83,7 @@ CREATE TABLE IF NOT EXISTS autopersona_banks (
     layer text NOT NULL,
     generation text NOT NULL,
     last_seq bigint NOT NULL DEFAULT 0,
+    unverified boolean NOT NULL DEFAULT false,
     PRIMARY KEY (user_id, layer)
 );
 CREATE SEQUENCE IF NOT EXISTS autopersona_seq;
@@ -97,6 +107,36 @@ CREATE TABLE IF NOT EXISTS autopersona_history (
     change bytea NOT NULL,
     PRIMARY KEY (user_id, layer, seq)
 );
+DO $$ BEGIN
+    -- Only when missing: replacing a trigger locks its table against running writers.
+    IF NOT EXISTS (
+        SELECT FROM information_schema.columns WHERE table_schema = current_schema()
+        AND table_name = 'autopersona_banks' AND column_name = 'unverified'
+    ) THEN  -- tables of an older version: each bank is checked once, at its next write
+        ALTER TABLE autopersona_banks ADD COLUMN unverified boolean NOT NULL DEFAULT true;
+        ALTER TABLE autopersona_banks ALTER COLUMN unverified SET DEFAULT false;
+    END IF;
+    IF NOT EXISTS (
+        SELECT FROM pg_trigger WHERE tgname = 'autopersona_history_written_elsewhere'
+        AND tgrelid = 'autopersona_history'::regclass
+    ) THEN
+        CREATE OR REPLACE FUNCTION autopersona_written_elsewhere() RETURNS trigger
+        LANGUAGE plpgsql SET search_path FROM CURRENT AS $f$ BEGIN
+            INSERT INTO autopersona_banks (user_id, layer, generation, unverified)
+            VALUES (NEW.user_id, NEW.layer, substr(md5(random()::text), 1, 16), true)
+            ON CONFLICT (user_id, layer) DO UPDATE SET unverified = true;
+            RETURN NULL;
+        END $f$;
+        CREATE OR REPLACE TRIGGER autopersona_memories_written_elsewhere
+            AFTER INSERT OR UPDATE ON autopersona_memories FOR EACH ROW
+            WHEN (current_setting('autopersona.writer', true) IS DISTINCT FROM 'store')
+            EXECUTE FUNCTION autopersona_written_elsewhere();
+        CREATE OR REPLACE TRIGGER autopersona_history_written_elsewhere
+            AFTER INSERT OR UPDATE ON autopersona_history FOR EACH ROW
+            WHEN (current_setting('autopersona.writer', true) IS DISTINCT FROM 'store')
+            EXECUTE FUNCTION autopersona_written_elsewhere();
+    END IF;
+END $$;
 """
 _REPAIR_ROW = (
     "fix or delete the row; restoring a snapshot with replace (`autopersona import --replace`) "
@@ -207,6 +247,8 @@ class PostgresMemoryStore:
         try:
             conn = psycopg.connect(self._dsn, autocommit=True)
             self._setup(conn)
+            # What this session writes is the store's own: the trigger marks the rest.
+            conn.execute("SELECT set_config('autopersona.writer', 'store', false)")
         except psycopg.Error as exc:
             if conn is not None:
                 conn.close()
@@ -262,7 +304,37 @@ class PostgresMemoryStore:
                 " ON CONFLICT DO NOTHING",
                 (user, layer, secrets.token_hex(8)),
             )
+            unverified = _aggregate(
+                conn.execute(
+                    "SELECT unverified FROM autopersona_banks WHERE user_id = %s AND layer = %s",
+                    (user, layer),
+                )
+            )
+            if unverified:
+                self._verify(conn, user, layer)
             yield conn
+
+    def _verify(self, conn: psycopg.Connection[Any], user: bytes, layer: str) -> None:
+        """Check every row and change of a bank written elsewhere; unmark it if sound.
+
+        Raises:
+            MemoryStoreCorruptionError: Naming the first row that is not a sound record
+                (or change) of the layer.
+        """
+        for memory_id, raw in conn.execute(
+            "SELECT id, record FROM autopersona_memories WHERE user_id = %s AND layer = %s",
+            (user, layer),
+        ):
+            _record(raw, f"{self!r} {layer} memory {memory_id!r}", layer)
+        for seq, raw in conn.execute(
+            "SELECT seq, change FROM autopersona_history WHERE user_id = %s AND layer = %s",
+            (user, layer),
+        ):
+            _change(raw, f"{self!r} {layer} change {seq}", layer)
+        conn.execute(
+            "UPDATE autopersona_banks SET unverified = false WHERE user_id = %s AND layer = %s",
+            (user, layer),
+        )
 
     @contextmanager
     def _consistent(self) -> Iterator[psycopg.Connection[Any]]:

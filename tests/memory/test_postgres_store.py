@@ -350,3 +350,60 @@ def test_rows_of_another_layer_and_bad_rows_are_corruption_not_validation_errors
         pg_store.users()
     assert main(["users", postgres_schema]) == 1
     assert capsys.readouterr().err.startswith("error: ")
+
+
+def _rows(dsn: str) -> list[tuple[object, ...]]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        memories = conn.execute(
+            "SELECT layer, id, record FROM autopersona_memories ORDER BY layer, id"
+        ).fetchall()
+        history = conn.execute("SELECT layer, seq, change FROM autopersona_history").fetchall()
+    return [*memories, *history]
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [b"{not json", b'{"layer": "persona"}'],
+    ids=["torn bytes", "a record missing its fields"],
+)
+def test_a_bank_with_a_row_written_elsewhere_and_corrupt_refuses_every_write(
+    pg_store, postgres_schema, damage: bytes
+) -> None:
+    tone = pg_store.add(USER, PersonaMemory(topic="tone", preference="terse"))
+    diet = pg_store.add(USER, PersonaMemory(topic="diet", preference="vegan"))
+    with psycopg.connect(postgres_schema, autocommit=True) as conn:  # not through the store
+        conn.execute("UPDATE autopersona_memories SET record = %s WHERE id = %s", (damage, tone.id))
+    before = _rows(postgres_schema)
+
+    for write in (
+        lambda: pg_store.add(USER, PersonaMemory(topic="seat", preference="aisle")),
+        lambda: pg_store.add_many(USER, "persona", [PersonaMemory(topic="a", preference="b")]),
+        lambda: pg_store.update(USER, "persona", diet.id, PersonaMemory(topic="d", preference="x")),
+        lambda: pg_store.delete(USER, "persona", diet.id),
+    ):
+        with pytest.raises(MemoryStoreCorruptionError, match=f"persona memory {tone.id!r}") as info:
+            write()
+        assert "fix or delete the row" in str(info.value)
+    assert _rows(postgres_schema) == before  # nothing written
+
+    # Other banks and users are unaffected; once the row is repaired, writes go on.
+    pg_store.add(USER, WorkspaceMemory(state={"file": "notes.md"}))
+    pg_store.add("bob", PersonaMemory(topic="tone", preference="warm"))
+    with psycopg.connect(postgres_schema, autocommit=True) as conn:
+        conn.execute("DELETE FROM autopersona_memories WHERE id = %s", (tone.id,))
+    pg_store.add(USER, PersonaMemory(topic="seat", preference="aisle"))
+    assert [r.content.topic for r in pg_store.list(USER, "persona")] == ["diet", "seat"]
+
+
+def test_a_sound_row_written_elsewhere_is_checked_once_and_kept(pg_store, postgres_schema) -> None:
+    pg_store.add(USER, PersonaMemory(topic="tone", preference="terse"))
+    outside = MemoryRecord.of(PersonaMemory(topic="diet", preference="vegan"))
+    with psycopg.connect(postgres_schema, autocommit=True) as conn:  # e.g. a migration script
+        conn.execute(
+            "INSERT INTO autopersona_memories (user_id, layer, id, position, seq, record)"
+            " VALUES (%s, 'persona', %s, 99, 99, %s)",
+            (USER.encode(), outside.id, outside.model_dump_json().encode()),
+        )
+    pg_store.add(USER, PersonaMemory(topic="seat", preference="aisle"))
+    topics = sorted(r.content.topic for r in pg_store.list(USER, "persona"))
+    assert topics == ["diet", "seat", "tone"]
