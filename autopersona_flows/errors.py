@@ -29,6 +29,7 @@ each also inherits the builtin it refines, so ``except ValueError`` keeps workin
     │   └── NotificationError (ValueError)
     ├── ClarificationTimeoutError
     ├── ClarificationBudgetError
+    ├── StepLockTimeoutError (TimeoutError)
     └── AnswerRejectedError (ValueError)
         └── BlankAnswerError
 
@@ -72,6 +73,7 @@ __all__ = [
     "ResolverError",
     "RetrievalError",
     "SnapshotError",
+    "StepLockTimeoutError",
     "StoreUnavailableError",
     "UnsafeLinkError",
 ]
@@ -299,6 +301,23 @@ class ClarificationBudgetError(AutopersonaError):
     Raised before the question that would exceed it is asked, naming the
     requirement; a requirement with a declared ``default`` runs with it instead.
     """
+
+
+class StepLockTimeoutError(AutopersonaError, TimeoutError):
+    """A step waited longer than ``step_lock_timeout`` for another run holding it.
+
+    Of two runs of one episode at once, one runs a step and the other waits for its
+    result; a tool that never returns would make the other wait forever. Raised in
+    the waiting run, naming who holds the step and since when; the holder is not
+    touched.
+
+    Attributes:
+        key: The step's key.
+    """
+
+    def __init__(self, key: str, message: str) -> None:
+        self.key = key
+        super().__init__(message)
 
 
 class AnswerRejectedError(AutopersonaError, ValueError):

@@ -2,7 +2,8 @@
 
 Prefect's cache does not lock by default (``READ_COMMITTED``): two runs that miss
 the same key both run the step. Persona tasks are ``SERIALIZABLE`` with the
-`FileLockManager` below, so the second waits for the first's result and reads it.
+`FileLockManager` below, so the second waits for the first's result and reads it,
+for ``step_lock_timeout`` seconds at most (the setting; 15 minutes by default).
 """
 
 from __future__ import annotations
@@ -10,14 +11,21 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
+import socket
 import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from prefect.context import FlowRunContext
 from prefect.filesystems import LocalFileSystem, WritableFileSystem
 from prefect.locking.protocol import LockManager
 from prefect.settings import get_current_settings
+
+from autopersona_flows import _json
+from autopersona_flows.errors import StepLockTimeoutError
+from autopersona_flows.flows.settings import load_settings
 
 __all__ = ["FileLockManager", "step_locks"]
 
@@ -36,8 +44,12 @@ class FileLockManager(LockManager):
 
     Locks exclude each other across processes and threads alike (each acquisition
     opens its own file). ``hold_timeout`` is ignored: a lock is held until released
-    or until its process ends. The lock file is removed on release, while still
-    held; a waiter that opened it before then finds it replaced and tries again.
+    or until its process ends. A caller that gives no timeout (Prefect's
+    transactions and result reads give none) waits ``step_lock_timeout`` seconds,
+    then gets `StepLockTimeoutError` naming the holder, which each lock file
+    describes (process, host, flow run, since when). The lock file is removed on
+    release, while still held; a waiter that opened it before then finds it
+    replaced and tries again.
     Across machines, locks hold only on a shared file system that supports
     ``flock`` (NFS with locking does).
 
@@ -94,6 +106,35 @@ class FileLockManager(LockManager):
             return None
         return fd
 
+    def _describe_holder(self, fd: int) -> None:
+        """Write who holds the lock into its file, for a waiter that gives up to name."""
+        run = FlowRunContext.get()
+        held = {
+            "process": os.getpid(),
+            "host": socket.gethostname(),
+            "flow_run": str(run.flow_run.id) if run and run.flow_run else None,
+            "since": datetime.now(UTC).isoformat(timespec="seconds"),
+        }
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, _json.dumps(held), 0)
+
+    def _gave_up(self, key: str, waited: float) -> StepLockTimeoutError:
+        try:
+            held = _json.loads(self._path(key).read_bytes())
+            who = (
+                f"process {held['process']} on {held['host']}"
+                + (f" (flow run {held['flow_run']})" if held["flow_run"] else "")
+                + f", held since {held['since']}"
+            )
+        except (OSError, ValueError, KeyError, TypeError):  # released meanwhile, or mid-write
+            who = "another run (which one is unknown), held since before the wait began"
+        return StepLockTimeoutError(
+            key,
+            f"step {key!r} is being run by {who}; gave up waiting for it after {waited:.0f} s. "
+            "Its tool may be stuck: cancel that run, or wait longer with "
+            "PREFECT_INTEGRATIONS_AUTOPERSONA_STEP_LOCK_TIMEOUT (seconds).",
+        )
+
     def _take(self, key: str, holder: str) -> bool:
         """Whether the lock is now ``holder``'s (taken, or held already); False if another's."""
         with self._guard:
@@ -103,6 +144,7 @@ class FileLockManager(LockManager):
         fd = self._try_acquire(key)
         if fd is None:
             return False
+        self._describe_holder(fd)
         with self._guard:
             self._held[key] = (holder, fd)
         return True
@@ -118,10 +160,14 @@ class FileLockManager(LockManager):
 
         Returns:
             True if taken (or already held by ``holder``); False on timeout.
+
+        Raises:
+            StepLockTimeoutError: If no timeout was given and ``step_lock_timeout``
+                passed.
         """
-        deadline = None if acquire_timeout is None else time.monotonic() + acquire_timeout
+        patience = _Patience(self, key, acquire_timeout)
         while not self._take(key, holder):
-            if deadline is not None and time.monotonic() >= deadline:
+            if patience.spent():
                 return False
             time.sleep(_POLL)
         return True
@@ -134,9 +180,9 @@ class FileLockManager(LockManager):
         hold_timeout: float | None = None,
     ) -> bool:
         """`acquire_lock`, waiting without blocking the event loop."""
-        deadline = None if acquire_timeout is None else time.monotonic() + acquire_timeout
+        patience = _Patience(self, key, acquire_timeout)
         while not self._take(key, holder):
-            if deadline is not None and time.monotonic() >= deadline:
+            if patience.spent():
                 return False
             await asyncio.sleep(_POLL)
         return True
@@ -179,21 +225,50 @@ class FileLockManager(LockManager):
         return held is not None and held[0] == holder
 
     def wait_for_lock(self, key: str, timeout: float | None = None) -> bool:
-        """Wait until nobody holds the lock on ``key``; False after ``timeout`` s."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        """Wait until nobody holds the lock on ``key``; False after ``timeout`` s.
+
+        Raises:
+            StepLockTimeoutError: If no timeout was given and ``step_lock_timeout``
+                passed.
+        """
+        patience = _Patience(self, key, timeout)
         while self.is_locked(key):
-            if deadline is not None and time.monotonic() >= deadline:
+            if patience.spent():
                 return False
             time.sleep(_POLL)
         return True
 
     async def await_for_lock(self, key: str, timeout: float | None = None) -> bool:
         """`wait_for_lock`, waiting without blocking the event loop."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        patience = _Patience(self, key, timeout)
         while self.is_locked(key):
-            if deadline is not None and time.monotonic() >= deadline:
+            if patience.spent():
                 return False
             await asyncio.sleep(_POLL)
+        return True
+
+
+class _Patience:
+    """How long one caller waits: its own timeout, else the setting, then loudly."""
+
+    def __init__(self, locks: FileLockManager, key: str, timeout: float | None) -> None:
+        self._locks, self._key, self._timeout = locks, key, timeout
+        self._start = time.monotonic()
+        self._limit = timeout
+
+    def spent(self) -> bool:
+        """Whether the caller's timeout passed (then it gets False).
+
+        Raises:
+            StepLockTimeoutError: If the caller gave no timeout and the setting passed.
+        """
+        if self._limit is None:  # read once a wait begins: an uncontended lock never does
+            self._limit = load_settings().step_lock_timeout
+        waited = time.monotonic() - self._start
+        if waited < self._limit:
+            return False
+        if self._timeout is None:
+            raise self._locks._gave_up(self._key, waited)
         return True
 
 

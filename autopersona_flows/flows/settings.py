@@ -73,6 +73,9 @@ class AutopersonaSettings(PrefectBaseSettings):
             result storage if unset. A resumed run must see its first run's results.
         snapshots: Folder the maintenance flow exports snapshots to;
             ``$PREFECT_HOME/autopersona/snapshots`` if unset.
+        step_lock_timeout: Seconds a run waits for a step that another run of the
+            same episode is running (see `step_locks`) before it fails with
+            `StepLockTimeoutError`: a stuck tool must not hang its replays forever.
         tool_modules: Comma-separated packages or modules whose functions a graph
             given as data (`graph_runner`, e.g. from the UI's run form) may name as
             tools, such as ``examples,my_company.tools``; any if unset. A tool must be
@@ -97,6 +100,7 @@ class AutopersonaSettings(PrefectBaseSettings):
     question_budget: int | None = Field(default=None, ge=0)
     results: Path | None = None
     snapshots: Path | None = None
+    step_lock_timeout: float = Field(default=900.0, gt=0)
     tool_modules: str | None = None
 
     def allows_module(self, module: str) -> bool:

@@ -13,6 +13,7 @@ import pytest
 from prefect.filesystems import LocalFileSystem
 from prefect.locking.protocol import LockManager
 
+from autopersona_flows.errors import StepLockTimeoutError
 from autopersona_flows.flows import TaskGraph, TaskNode, run_persona_graph
 from autopersona_flows.flows.locks import FileLockManager, step_locks
 from autopersona_flows.testing._support import run_threads
@@ -105,6 +106,31 @@ def test_a_lock_is_held_across_processes_and_freed_when_its_holder_is_killed(
     locks.release_lock(KEY, holder="here")
 
 
+def test_a_caller_without_a_timeout_fails_loudly_after_the_setting_naming_the_holder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PREFECT_INTEGRATIONS_AUTOPERSONA_STEP_LOCK_TIMEOUT", "0.3")
+    locks = FileLockManager(tmp_path)
+    assert locks.acquire_lock(KEY, holder="stuck")
+    # Prefect's transactions and result reads pass no timeout: they used to wait forever.
+    for wait in (
+        lambda: locks.acquire_lock(KEY, holder="replay"),
+        lambda: locks.wait_for_lock(KEY),
+    ):
+        with pytest.raises(StepLockTimeoutError) as caught:
+            wait()
+        message = str(caught.value)
+        assert f"process {os.getpid()}" in message
+        assert "held since" in message
+        assert "PREFECT_INTEGRATIONS_AUTOPERSONA_STEP_LOCK_TIMEOUT" in message
+        assert caught.value.key == KEY
+    # A caller that gives its own timeout is answered as Prefect's protocol says.
+    assert not locks.acquire_lock(KEY, holder="replay", acquire_timeout=0.1)
+    locks.release_lock(KEY, holder="stuck")
+    assert locks.acquire_lock(KEY, holder="replay")
+    locks.release_lock(KEY, holder="replay")
+
+
 def test_locks_live_beside_local_results_and_in_prefect_home_otherwise(tmp_path: Path) -> None:
     assert step_locks(tmp_path).folder == (tmp_path / ".locks").resolve()
     block = LocalFileSystem(basepath=str(tmp_path / "block"))
@@ -141,3 +167,28 @@ def test_two_replays_of_one_episode_at_once_run_each_tool_once(prefect_harness, 
     assert sum(r["metrics"]["tool_executions"] for r in (first, second)) == 2
     assert sum(r["metrics"]["cache_hits"] for r in (first, second)) == 2
     assert list((kit.results / ".locks").iterdir()) == []
+
+
+def test_a_replay_waiting_on_a_stuck_tool_fails_loudly_and_runs_nothing(
+    prefect_harness, kit, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PREFECT_INTEGRATIONS_AUTOPERSONA_STEP_LOCK_TIMEOUT", "1")
+    graph = TaskGraph([TaskNode(id="book", tool=kit.waits_at_barrier)])
+    stuck = kit.barrier(2, timeout=60)  # the tool and this test
+
+    def run() -> dict:
+        return run_persona_graph(
+            graph, "ada", "Book", agent=kit.agent, episode_id="trip-10", result_storage=kit.results
+        )
+
+    first = threading.Thread(target=run)
+    first.start()
+    try:
+        while kit.calls["book"] == 0:  # the first run's tool is running, holding its step
+            threading.Event().wait(0.05)
+        with pytest.raises(StepLockTimeoutError, match="held since"):
+            run()
+        assert kit.calls["book"] == 1  # the replay ran nothing
+    finally:
+        stuck.wait()  # the stuck tool goes on
+        first.join(60)
