@@ -76,6 +76,7 @@ def test_every_setting_is_read_from_its_environment_variable(
         question_budget=3,
         results=tmp_path / "results",
         snapshots=tmp_path / "snapshots",
+        step_lock_timeout=60,
         tool_modules="examples,my_company.tools",
     )
 
@@ -97,6 +98,7 @@ def test_every_setting_is_read_from_its_environment_variable(
         "question_budget": 3,
         "results": tmp_path / "results",
         "snapshots": tmp_path / "snapshots",
+        "step_lock_timeout": 60.0,
         "tool_modules": "examples,my_company.tools",
     }
     assert settings.store_address() == str(tmp_path / "memory")
