@@ -71,6 +71,7 @@ def test_top_level_surface() -> None:
         "answer_clarification",
         "apersona_graph",
         "arun_persona_graph",
+        "ask_first",
         "pending_clarifications",
         "persona_graph",
         "persona_runtime",

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     )
     from autopersona_flows.flows.cache_policies import NodeCachePolicy, node_cache_key
     from autopersona_flows.flows.context import AnsweredQuestion, NodeContext, RequirementValue
-    from autopersona_flows.flows.decorators import PersonaTask, persona_task
+    from autopersona_flows.flows.decorators import PersonaTask, ask_first, persona_task
     from autopersona_flows.flows.flow import (
         apersona_graph,
         arun_persona_graph,
@@ -63,7 +63,7 @@ else:
                 "NodeContext",
                 "RequirementValue",
             ),
-            "autopersona_flows.flows.decorators": ("PersonaTask", "persona_task"),
+            "autopersona_flows.flows.decorators": ("PersonaTask", "ask_first", "persona_task"),
             "autopersona_flows.flows.flow": (
                 "apersona_graph",
                 "arun_persona_graph",
@@ -112,6 +112,7 @@ __all__ = [
     "answer_clarification",
     "apersona_graph",
     "arun_persona_graph",
+    "ask_first",
     "create_clarification_automation",
     "graph_runner",
     "ingest_history",

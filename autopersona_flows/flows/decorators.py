@@ -17,7 +17,8 @@ from autopersona_flows.errors import FlowConfigurationError
 from autopersona_flows.flows.arguments import ToolArguments
 from autopersona_flows.flows.calls import RunTool, is_async, run_task
 from autopersona_flows.flows.context import NodeContext
-from autopersona_flows.flows.graph import TaskNode
+from autopersona_flows.flows.early import ask_early
+from autopersona_flows.flows.graph import TaskGraph, TaskNode
 from autopersona_flows.flows.options import (
     DEFAULT_TASK_OPTIONS,
     PersonaTaskOptions,
@@ -28,7 +29,7 @@ from autopersona_flows.flows.reports import StepCounter
 from autopersona_flows.flows.runtime import current_flow_run_id, current_runtime
 from autopersona_flows.flows.settle import NodePlan, Settler, episode_of
 
-__all__ = ["PersonaTask", "persona_task"]
+__all__ = ["PersonaTask", "ask_first", "persona_task"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -187,6 +188,16 @@ class PersonaTask(Generic[P, R]):
             )
         return Settler(runtime, episode_of(runtime, None), StepCounter())
 
+    def _plan(self, settler: Settler, element: int | None = None) -> NodePlan:
+        assert settler.runtime.user_id is not None  # _settler checked it
+        return NodePlan(
+            NodeInfo(id=self.node.id, instruction=self.node.instruction),
+            self.node.requires,
+            settler.runtime.user_id,
+            settler.runtime.query,
+            element=element,
+        )
+
     def _run_task(self, settler: Settler) -> Any:
         storage = self.options.get("result_storage", settler.runtime.result_storage)
         return run_task(self.node.id, self.fn, storage, self.options, locked=settler.shared)
@@ -203,18 +214,9 @@ class PersonaTask(Generic[P, R]):
         A question waits for every persona run submitted before it in this flow run,
         and for ``submitted`` (the elements of a ``.map()`` before this one).
         """
-        runtime = settler.runtime
-        assert runtime.user_id is not None  # _settler checked it
-        plan = NodePlan(
-            NodeInfo(id=self.node.id, instruction=self.node.instruction),
-            self.node.requires,
-            runtime.user_id,
-            runtime.query,
-            element=element,
-        )
-        settled = settler.settle(
-            plan, in_flight=[*runtime.in_flight.of(current_flow_run_id()), *submitted]
-        )
+        plan = self._plan(settler, element)
+        in_flight = settler.runtime.in_flight.of(current_flow_run_id())
+        settled = settler.settle(plan, in_flight=[*in_flight, *submitted])
         return {
             "episode_id": settler.episode_id,
             "node_id": self.node.id,
@@ -283,3 +285,40 @@ def persona_task(
         )
 
     return build if fn is None else build(fn)
+
+
+def ask_first(*tasks: PersonaTask[..., Any]) -> None:
+    """Ask now, in one form, what the persona tasks a flow is about to run lack.
+
+    A graph's nodes are known before it runs, so it asks everything it lacks before
+    its first tool (see ``ask="early"``). A flow's persona tasks are known only as it
+    calls them, so each asks when it is reached: two that lack an answer pause the run
+    twice, minutes apart. Call this at the start of the flow body, inside
+    `persona_runtime`, naming the tasks the flow will run::
+
+        with persona_runtime(agent, user_id=user_id, query="Write and share my paper"):
+            ask_first(format_references, share)  # one form, if memory lacks either
+            references = format_references(["Knuth 1984"])
+            share(references)
+
+    The required requirements of the tasks (those with ``ask="early"``) are checked
+    against memory as a graph checks them, and those memory cannot answer are asked
+    together and learned; each task then finds its answer when it runs. Nothing is
+    asked when memory holds them all, and a replay of the episode asks nothing again.
+    In an ``async`` flow, call it with ``await asyncio.to_thread(ask_first, ...)``.
+
+    Raises:
+        FlowConfigurationError: If a task is not a `PersonaTask`, or there is no
+            ``user_id``.
+    """
+    strays = [task for task in tasks if not isinstance(task, PersonaTask)]
+    if strays:
+        raise FlowConfigurationError(
+            f"ask_first takes persona tasks (made with @persona_task), not {strays[0]!r}"
+        )
+    if not tasks:
+        return
+    settler = tasks[0]._settler()
+    unique = list({task.node.id: task for task in tasks}.values())
+    graph = TaskGraph([task.node for task in unique])
+    ask_early(settler, graph, {task.node.id: task._plan(settler) for task in unique})
