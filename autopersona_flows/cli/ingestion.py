@@ -8,13 +8,27 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 
-from autopersona_flows.cli.root import EMBEDDER_HELP, STORE_HELP, Steps, app, existing_store
+from autopersona_flows.cli.root import (
+    EMBEDDER_HELP,
+    OldStore,
+    Steps,
+    StoreCommand,
+    StoreOption,
+    app,
+    existing_store,
+    shown,
+    store_address,
+    store_and,
+)
 from autopersona_flows.errors import IngestionError
+from autopersona_flows.memory.chatlog import DEFAULT_GAP, ChatMessage, read_chat_log
 from autopersona_flows.memory.consolidation import promote_choices
 from autopersona_flows.memory.embedders import get_embedder
 from autopersona_flows.memory.ingestion import ingest_task_history, read_task_records
 from autopersona_flows.memory.maintenance import maintain_user
+from autopersona_flows.memory.records import RawTaskRecord
 from autopersona_flows.memory.reindex import reindex_user
 from autopersona_flows.memory.stores import open_store
 from autopersona_flows.memory.updates import MemoryUpdater
@@ -26,20 +40,37 @@ PANEL = "Writing memories"
 Embedder = Annotated[str, typer.Option("--embedder", help=EMBEDDER_HELP)]
 
 
-@app.command("ingest", rich_help_panel=PANEL)
-def ingest_command(
-    store: Annotated[
-        str,
-        typer.Argument(
-            metavar="STORE", help=STORE_HELP + " (created if missing)", show_default=False
-        ),
-    ],
+@app.command("ingest", rich_help_panel=PANEL, cls=StoreCommand)
+def ingest_command(  # noqa: PLR0917 - a command's parameters are its command line
     file: Annotated[
         str,
         typer.Argument(
-            metavar="FILE", help="One RawTaskRecord JSON object a line.", show_default=False
+            metavar="FILE",
+            help="JSONL: one task a line, or with --chat one message a line (see above).",
+            show_default=False,
         ),
     ],
+    old_store: OldStore = None,
+    store: StoreOption = None,
+    chat: Annotated[
+        str | None,
+        typer.Option(
+            "--chat",
+            metavar="USER",
+            help="FILE is USER's chat log: one message a line, cut into sessions, each "
+            "ingested as a task.",
+            show_default=False,
+        ),
+    ] = None,
+    gap_hours: Annotated[
+        float | None,
+        typer.Option(
+            "--gap-hours",
+            help="With --chat: a silence this long starts a new session "
+            f"(default: {DEFAULT_GAP / timedelta(hours=1):g}).",
+            show_default=False,
+        ),
+    ] = None,
     embedder: Embedder = "semantic",
     no_promote: Annotated[
         bool,
@@ -49,42 +80,87 @@ def ingest_command(
         ),
     ] = False,
 ) -> None:
-    """Ingest a JSONL file of completed tasks.
+    """Ingest a JSONL file of completed tasks, or with --chat USER a chat log.
 
-    The whole file is validated before anything is written: a bad line names its
-    file and line, and nothing of the file is ingested. Prints counts only.
+    [bold]A task[/bold] a line, a JSON object; only user_id and query are required:
+
+    {"user_id": "ada", "query": "Book a train to York", "trace": ["searched trains",
+    {"role": "user", "text": "I prefer aisle seats"}], "outcome": "booked seat 14C",
+    "at": "2025-01-10T09:00:00+00:00"}
+
+    user_id, query, insight: text. trace (what was done), interaction (what happened in
+    the environment): lists of steps, each text or JSON; a step {"role": "user", "text":
+    ...} is something the person said, read for their preferences in either list.
+    outcome, task, state: any JSON. persona: preferences the task revealed, a list of
+    {"topic": ..., "preference": ..., "strategy": ...}. at: when it happened, ISO 8601
+    with a zone (default: now).
+
+    [bold]A chat message[/bold] a line, with --chat USER:
+
+    {"role": "user", "text": "I prefer aisle seats", "at": "2025-01-10T09:00:00+00:00",
+    "session": "trip-1"}
+
+    role "user" is the person, any other role the assistant or a tool; session is
+    optional. Sessions are cut at a change of session or a silence of --gap-hours.
+
+    Every line is checked before anything is written: the bad ones are listed, by
+    line and field, and nothing of the file is ingested. A JSONL store is created if
+    missing. Prints counts only.
     """
+    address, (file,) = store_and(store, [file], old_store)
+    if gap_hours is not None and chat is None:
+        raise typer.BadParameter("is for a chat log: add --chat USER", param_hint="--gap-hours")
+    if gap_hours is not None and gap_hours <= 0:
+        raise typer.BadParameter(f"must be more than 0, got {gap_hours}", param_hint="--gap-hours")
     path = Path(file)
     try:
-        with path.open("rb") as opened:
-            # Validate the whole file first: a bad line near the end must not leave
-            # half of the file ingested.
-            records = list(read_task_records(opened, path))
+        lines = path.read_bytes().splitlines()
     except OSError as exc:
         raise IngestionError(f"cannot read {path}: {exc.strerror}") from exc
-    bank = open_store(store)
+    if chat is None:
+        records = _tasks(lines, path)
+    else:
+        gap = DEFAULT_GAP if gap_hours is None else timedelta(hours=gap_hours)
+        records = read_chat_log(lines, path, chat, gap=gap)
+    bank = open_store(address)
     updater = MemoryUpdater(bank, get_embedder(embedder))
     totals: Counter[str] = Counter()
-    with Steps("ingesting", len(records), "tasks") as steps:
+    what = "task" if chat is None else "chat session"
+    with Steps("ingesting", len(records), f"{what}s") as steps:
         for record in steps.over(records):
             totals.update(ingest_task_history(bank, updater, record).counts())
     if not no_promote:
         for user_id in dict.fromkeys(record.user_id for record in records):
             totals.update(f"persona:{d.operation}" for d in promote_choices(updater, user_id))
     summary = ", ".join(f"{key} {count}" for key, count in sorted(totals.items())) or "nothing"
-    print(f"ingested {len(records)} task{'' if len(records) == 1 else 's'} into {store}: {summary}")
+    plural = "" if len(records) == 1 else "s"
+    print(f"ingested {len(records)} {what}{plural} into {shown(address)}: {summary}")
 
 
-@app.command("reindex", rich_help_panel=PANEL)
+def _tasks(lines: list[bytes], path: Path) -> list[RawTaskRecord]:
+    """The file's tasks; a chat log given without --chat is an error that says so."""
+    try:
+        return read_task_records(lines, path)
+    except IngestionError as exc:
+        first = next((line for line in lines if line.strip()), b"")
+        try:
+            ChatMessage.model_validate_json(first)
+        except ValidationError:
+            raise exc from None
+        raise IngestionError(f"{exc}\n(the lines are chat messages: add --chat USER)") from None
+
+
+@app.command("reindex", rich_help_panel=PANEL, cls=StoreCommand)
 def reindex_command(
-    store: Annotated[str, typer.Argument(metavar="STORE", help=STORE_HELP, show_default=False)],
+    old_store: OldStore = None,
+    store: StoreOption = None,
     embedder: Embedder = "semantic",
     user: Annotated[
         str | None, typer.Option("--user", help="Only this user (default: every user).")
     ] = None,
 ) -> None:
     """Re-embed memories made by another embedder (or stored without an embedding)."""
-    opened = existing_store(store)
+    opened = existing_store(store_address(store, old_store))
     chosen = get_embedder(embedder)
     users = [user] if user is not None else opened.users()
     changed = 0
@@ -94,9 +170,10 @@ def reindex_command(
     print(f"re-embedded {changed} memories of {len(users)} users with {chosen.name}")
 
 
-@app.command("maintain", rich_help_panel=PANEL)
-def maintain_command(
-    store: Annotated[str, typer.Argument(metavar="STORE", help=STORE_HELP, show_default=False)],
+@app.command("maintain", rich_help_panel=PANEL, cls=StoreCommand)
+def maintain_command(  # noqa: PLR0917 - a command's parameters are its command line
+    old_store: OldStore = None,
+    store: StoreOption = None,
     embedder: Embedder = "semantic",
     user: Annotated[
         str | None, typer.Option("--user", help="Only this user (default: every user).")
@@ -119,7 +196,7 @@ def maintain_command(
     The `memory-maintenance` flow does the same on a schedule, and exports snapshots.
     Prints counts per user, never contents.
     """
-    opened = existing_store(store)
+    opened = existing_store(store_address(store, old_store))
     chosen = get_embedder(embedder)
     users = [user] if user is not None else opened.users()
     max_age = timedelta(days=workspace_max_age_days) if workspace_max_age_days else None

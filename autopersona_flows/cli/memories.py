@@ -14,7 +14,17 @@ from rich.table import Table
 from rich.text import Text
 
 from autopersona_flows import _json
-from autopersona_flows.cli.root import EMBEDDER_HELP, STORE_HELP, app, console, existing_store
+from autopersona_flows.cli.root import (
+    EMBEDDER_HELP,
+    OldStore,
+    StoreCommand,
+    StoreOption,
+    app,
+    console,
+    existing_store,
+    shown,
+    store_and,
+)
 from autopersona_flows.errors import CorrectionError
 from autopersona_flows.memory.bank import MemoryBank
 from autopersona_flows.memory.embedders import get_embedder
@@ -33,7 +43,6 @@ __all__: list[str] = []  # commands only: they register on the app
 
 PANEL = "A person's memories"
 
-Store = Annotated[str, typer.Argument(metavar="STORE", help=STORE_HELP, show_default=False)]
 User = Annotated[
     str, typer.Argument(metavar="USER", help="The user id, exactly as stored.", show_default=False)
 ]
@@ -76,10 +85,11 @@ def _bank(store: str, embedder: str) -> MemoryBank:
     return MemoryBank(existing_store(store), get_embedder(embedder))
 
 
-@app.command("memories", rich_help_panel=PANEL)
+@app.command("memories", rich_help_panel=PANEL, cls=StoreCommand)
 def memories_command(  # noqa: PLR0917 - a command's parameters are its command line
-    store: Store,
     user: User,
+    old_store: OldStore = None,
+    store: StoreOption = None,
     layer: Layer = None,
     search: Annotated[
         str | None,
@@ -106,8 +116,9 @@ def memories_command(  # noqa: PLR0917 - a command's parameters are its command 
     The one command that prints memory contents. Buried memories are listed (and
     marked) but never found by --search, as no decision finds them.
     """
+    address, (user,) = store_and(store, [user], old_store)
     layers = _layers(layer)
-    bank = _bank(store, embedder)
+    bank = _bank(address, embedder)
     records = {name: bank.store.list(user, name) for name in layers}
     scores: dict[str, float] = {}
     if search is None:
@@ -303,9 +314,8 @@ def _assignments(record: MemoryRecord, pairs: list[str]) -> dict[str, Any]:
     return changes
 
 
-@app.command("edit", rich_help_panel=PANEL)
+@app.command("edit", rich_help_panel=PANEL, cls=StoreCommand)
 def edit_command(  # noqa: PLR0917 - a command's parameters are its command line
-    store: Store,
     user: User,
     memory_id: MemoryId,
     assignments: Annotated[
@@ -318,6 +328,8 @@ def edit_command(  # noqa: PLR0917 - a command's parameters are its command line
             show_default=False,
         ),
     ],
+    old_store: OldStore = None,
+    store: StoreOption = None,
     layer: Layer = None,
     reason: Reason = "",
     embedder: Embedder = "semantic",
@@ -326,7 +338,8 @@ def edit_command(  # noqa: PLR0917 - a command's parameters are its command line
 
     The next retrieval, and so the next decision, uses the new value.
     """
-    bank = _bank(store, embedder)
+    address, (user, memory_id) = store_and(store, [user, memory_id], old_store)
+    bank = _bank(address, embedder)
     record = bank.find(user, memory_id, _layer(layer))
     changes = _assignments(record, assignments)
     edited = bank.edit(
@@ -339,44 +352,50 @@ def edit_command(  # noqa: PLR0917 - a command's parameters are its command line
         print(f"edited {record.layer} memory {memory_id} ({fields}); the old version is in history")
 
 
-@app.command("forget", rich_help_panel=PANEL)
-def forget_command(
-    store: Store,
+@app.command("forget", rich_help_panel=PANEL, cls=StoreCommand)
+def forget_command(  # noqa: PLR0917 - a command's parameters are its command line
     user: User,
     memory_id: MemoryId,
+    old_store: OldStore = None,
+    store: StoreOption = None,
     layer: Layer = None,
     reason: Reason = "",
 ) -> None:
     """Delete a memory: never retrieved again, kept only in the change history."""
-    bank = MemoryBank(existing_store(store))
+    address, (user, memory_id) = store_and(store, [user, memory_id], old_store)
+    bank = MemoryBank(existing_store(address))
     gone = bank.forget(
         user, memory_id, layer=_layer(layer), reason=reason, command="autopersona forget"
     )
     print(f"forgot {gone.layer} memory {memory_id}; it is no longer retrieved")
 
 
-@app.command("bury", rich_help_panel=PANEL)
-def bury_command(
-    store: Store,
+@app.command("bury", rich_help_panel=PANEL, cls=StoreCommand)
+def bury_command(  # noqa: PLR0917 - a command's parameters are its command line
     user: User,
     memory_id: MemoryId,
+    old_store: OldStore = None,
+    store: StoreOption = None,
     layer: Layer = None,
     reason: Reason = "",
 ) -> None:
     """Keep a memory but leave it out of retrieval and decisions until unburied."""
-    _burial(store, user, memory_id, layer, reason, bury=True)
+    address, (user, memory_id) = store_and(store, [user, memory_id], old_store)
+    _burial(address, user, memory_id, layer, reason, bury=True)
 
 
-@app.command("unbury", rich_help_panel=PANEL)
-def unbury_command(
-    store: Store,
+@app.command("unbury", rich_help_panel=PANEL, cls=StoreCommand)
+def unbury_command(  # noqa: PLR0917 - a command's parameters are its command line
     user: User,
     memory_id: MemoryId,
+    old_store: OldStore = None,
+    store: StoreOption = None,
     layer: Layer = None,
     reason: Reason = "",
 ) -> None:
     """Let a buried memory be retrieved and used again."""
-    _burial(store, user, memory_id, layer, reason, bury=False)
+    address, (user, memory_id) = store_and(store, [user, memory_id], old_store)
+    _burial(address, user, memory_id, layer, reason, bury=False)
 
 
 def _burial(
@@ -395,10 +414,11 @@ def _burial(
         print(f"unburied {after.layer} memory {memory_id}: retrieved again")
 
 
-@app.command("erase", rich_help_panel=PANEL)
+@app.command("erase", rich_help_panel=PANEL, cls=StoreCommand)
 def erase_command(
-    store: Store,
     user: User,
+    old_store: OldStore = None,
+    store: StoreOption = None,
     snapshots: Annotated[
         str | None,
         typer.Option(
@@ -420,10 +440,12 @@ def erase_command(
     from autopersona_flows.flows.settings import load_settings  # noqa: PLC0415
     from autopersona_flows.memory.erasure import erase_user  # noqa: PLC0415
 
-    target = existing_store(store)
+    address, (user,) = store_and(store, [user], old_store)
+    target = existing_store(address)
     folder = snapshots if snapshots is not None else load_settings().snapshots_path()
     if not yes and not typer.confirm(
-        f"Erase everything stored of {user!r} in {store} and {folder}? This cannot be undone"
+        f"Erase everything stored of {user!r} in {shown(address)} and {folder}? "
+        "This cannot be undone"
     ):
         raise typer.Exit(1)
     report = erase_user(target, user, snapshots=folder)

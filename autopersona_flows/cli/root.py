@@ -2,20 +2,27 @@
 
 Commands print counts and digests, never memory contents, so their output is safe
 to paste into a ticket or a CI log; only ``autopersona memories`` shows contents,
-because a person asked for them.
+because a person asked for them. A store's password is never printed.
+
+Every command works on the store deployments use (the ``store`` setting, else
+``$PREFECT_HOME/autopersona/memory``) unless ``--store`` names another; the store
+given as a first argument, as before ``--store`` existed, still works.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Annotated, Any, TypeVar
+from urllib.parse import urlsplit
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from typer.core import TyperCommand
 
 from autopersona_flows.errors import AutopersonaError, MemoryStoreError
 from autopersona_flows.memory.protocol import MemoryStore
@@ -24,22 +31,48 @@ from autopersona_flows.memory.stores import is_postgres, open_store
 __all__ = [
     "EMBEDDER_HELP",
     "STORE_HELP",
+    "OldStore",
     "Steps",
+    "StoreCommand",
+    "StoreOption",
     "app",
     "console",
     "existing_store",
     "main",
+    "shown",
+    "store_address",
+    "store_and",
 ]
 
 _T = TypeVar("_T")
 
 EMBEDDER_HELP = "semantic (default: the shipped encoder), hashing, minilm, or package.module:attr"
 STORE_HELP = "jsonl:FOLDER (or a folder) or postgresql://user:password@host:port/db"
+_SETTING = "PREFECT_INTEGRATIONS_AUTOPERSONA_STORE"
+
+StoreOption = Annotated[
+    str | None,
+    typer.Option(
+        "--store",
+        metavar="STORE",
+        help=f"The memory store: {STORE_HELP}. Default: the store deployments use, the "
+        f"{_SETTING} setting (environment, prefect.toml or pyproject.toml), else "
+        "$PREFECT_HOME/autopersona/memory.",
+        show_default=False,
+    ),
+]
+"""``--store``: `store_and` or `store_address` turn it into the store's address."""
+
+OldStore = Annotated[str | None, typer.Argument(hidden=True, metavar="STORE", show_default=False)]
+"""One positional argument more than a command's usage shows: the store, as scripts
+written before ``--store`` give it first (``autopersona memories STORE USER``)."""
 
 app = typer.Typer(
     name="autopersona",
     help="Manage autopersona-flows memory stores: look at, correct, move and check "
-    "what the assistant remembers of each person.",
+    "what the assistant remembers of each person. Commands work on the store "
+    "deployments use (PREFECT_INTEGRATIONS_AUTOPERSONA_STORE, else "
+    "$PREFECT_HOME/autopersona/memory) unless --store names another.",
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode="rich",
@@ -56,6 +89,93 @@ def console(*, stderr: bool = False) -> Console:
     out = Console(stderr=stderr)
     # Piped into a file or a CI log, Rich would wrap tables at 80 columns.
     return out if out.is_terminal else Console(stderr=stderr, width=160)
+
+
+class StoreCommand(TyperCommand):
+    """A command whose usage line leaves out its hidden argument (`OldStore`).
+
+    Click lists hidden arguments in the usage line; the old positional store is
+    accepted, not advertised.
+    """
+
+    # ctx is Click's Context, which Typer 0.29 vendors (typer._click) and older Typers
+    # import: Any, rather than a private module's class.
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        """The options' placeholder, then each argument's, hidden ones left out."""
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if not getattr(param, "hidden", False):
+                pieces.extend(param.get_usage_pieces(ctx))
+        return pieces
+
+
+def store_address(option: str | None, old: str | None = None) -> str:
+    """The address of the store a command works on.
+
+    The one given (``--store``, or the old positional argument), else the store
+    setting as Prefect reads it, else ``$PREFECT_HOME/autopersona/memory``: the
+    store deployments use. A store not given is announced on stderr, with where it
+    came from, so that a person knows which store was read or written.
+
+    Raises:
+        typer.BadParameter: If the store is given both ways.
+        FlowConfigurationError: If a setting has an invalid value.
+    """
+    if option is not None and old is not None:
+        raise typer.BadParameter(
+            f"the store is given twice, as {shown(old)} and as --store {shown(option)}",
+            param_hint="--store",
+        )
+    given = option if option is not None else old
+    if given is not None:
+        return given
+    # Imported here: Prefect's settings cost a second to import, which a command given
+    # --store, and --help, never pay.
+    from autopersona_flows.flows.settings import load_settings  # noqa: PLC0415
+
+    settings = load_settings()
+    address = settings.store_address()
+    if settings.store is None:
+        origin = f"the default: {_SETTING} is not set; --store names another"
+    else:
+        origin = f"the {_SETTING} setting"
+    print(f"store: {shown(address)} ({origin})", file=sys.stderr)
+    return address
+
+
+def store_and(
+    option: str | None, arguments: Sequence[str], extra: str | None
+) -> tuple[str, list[str]]:
+    """The store's address and a command's other arguments, however the store was given.
+
+    Args:
+        option: ``--store``.
+        arguments: The positional arguments the command's usage shows, as parsed.
+        extra: `OldStore`'s: one argument more, set only when the store came first
+            as before ``--store`` (``memories STORE USER`` parses as user ``STORE``
+            and ``USER`` more); every argument then moves up by one.
+
+    Returns:
+        The address (see `store_address`) and the command's arguments, in order.
+    """
+    if extra is None:
+        return store_address(option), list(arguments)
+    old, *rest = arguments
+    return store_address(option, old), [*rest, extra]
+
+
+def shown(address: str | Path) -> str:
+    """``address`` as it may be printed: a PostgreSQL URL's password as ``***``."""
+    text = str(address)
+    if not is_postgres(text):
+        return text
+    parts = urlsplit(text)
+    netloc = parts.netloc
+    if parts.password is not None:
+        credentials, _, host = netloc.rpartition("@")
+        netloc = f"{credentials.partition(':')[0]}:***@{host}"
+    query = re.sub(r"(^|&)password=[^&]*", r"\1password=***", parts.query)
+    return parts._replace(netloc=netloc, query=query).geturl()
 
 
 def existing_store(address: str | Path) -> MemoryStore:

@@ -8,7 +8,18 @@ from typing import Annotated
 
 import typer
 
-from autopersona_flows.cli.root import STORE_HELP, Steps, app, existing_store
+from autopersona_flows.cli.root import (
+    STORE_HELP,
+    OldStore,
+    Steps,
+    StoreCommand,
+    StoreOption,
+    app,
+    existing_store,
+    shown,
+    store_address,
+    store_and,
+)
 from autopersona_flows.errors import MemoriesExistError, MemoryStoreError, SnapshotError
 from autopersona_flows.memory.jsonl import JsonlMemoryStore
 from autopersona_flows.memory.records import LAYERS
@@ -19,7 +30,6 @@ __all__ = ["export_snapshot", "import_snapshot"]
 
 PANEL = "Stores"
 
-Store = Annotated[str, typer.Argument(metavar="STORE", help=STORE_HELP, show_default=False)]
 User = Annotated[
     str, typer.Argument(metavar="USER", help="The user id, exactly as stored.", show_default=False)
 ]
@@ -74,9 +84,8 @@ def import_snapshot(
     return snapshot
 
 
-@app.command("export", rich_help_panel=PANEL)
+@app.command("export", rich_help_panel=PANEL, cls=StoreCommand)
 def export_command(
-    store: Store,
     user: User,
     dest: Annotated[
         str,
@@ -86,19 +95,22 @@ def export_command(
             show_default=False,
         ),
     ],
+    old_store: OldStore = None,
+    store: StoreOption = None,
 ) -> None:
     """Write one user's memories to a snapshot file.
 
     The file is written atomically and checked by fingerprint; a corrupt bank writes
     nothing.
     """
-    snapshot = export_snapshot(store, user, dest)
+    address, (user, dest) = store_and(store, [user, dest], old_store)
+    snapshot = export_snapshot(address, user, dest)
     note = " (the user has no memories: the snapshot is empty)" if snapshot.is_empty else ""
     print(f"exported {counts(snapshot)} to {dest}{note}")
     print(f"fingerprint sha256:{snapshot.fingerprint}")
 
 
-@app.command("import", rich_help_panel=PANEL)
+@app.command("import", rich_help_panel=PANEL, cls=StoreCommand)
 def import_command(
     snapshot: Annotated[
         str,
@@ -106,25 +118,22 @@ def import_command(
             metavar="SNAPSHOT", help="A file written by `autopersona export`.", show_default=False
         ),
     ],
-    store: Annotated[
-        str,
-        typer.Argument(
-            metavar="STORE", help=STORE_HELP + " (created if missing)", show_default=False
-        ),
-    ],
+    old_store: OldStore = None,  # here the store came last: `import SNAPSHOT STORE`
+    store: StoreOption = None,
     replace: Annotated[
         bool, typer.Option("--replace", help="Overwrite the user's existing memories.")
     ] = False,
 ) -> None:
-    """Restore a snapshot file into a store."""
+    """Restore a snapshot file into a store (a JSONL folder is created if missing)."""
+    address = store_address(store, old_store)
     try:
-        restored = import_snapshot(snapshot, store, replace=replace)
+        restored = import_snapshot(snapshot, address, replace=replace)
     except MemoriesExistError as exc:
         raise SnapshotError(
-            f"user {exc.user_id!r} already has {exc.count} memories in {store}: pass "
+            f"user {exc.user_id!r} already has {exc.count} memories in {shown(address)}: pass "
             "--replace to overwrite them"
         ) from None
-    print(f"imported {counts(restored)} into {store}")
+    print(f"imported {counts(restored)} into {shown(address)}")
     print(f"fingerprint sha256:{restored.fingerprint}")
 
 
@@ -155,17 +164,17 @@ def migrate_command(
             print(line)
 
 
-@app.command("users", rich_help_panel=PANEL)
-def users_command(store: Store) -> None:
+@app.command("users", rich_help_panel=PANEL, cls=StoreCommand)
+def users_command(old_store: OldStore = None, store: StoreOption = None) -> None:
     """List the users of a store, one a line."""
-    for user_id in existing_store(store).users():
+    for user_id in existing_store(store_address(store, old_store)).users():
         print(user_id)
 
 
-@app.command("verify", rich_help_panel=PANEL)
-def verify_command(store: Store) -> None:
+@app.command("verify", rich_help_panel=PANEL, cls=StoreCommand)
+def verify_command(old_store: OldStore = None, store: StoreOption = None) -> None:
     """Read every bank and history; fail on the first corrupt one."""
-    opened = existing_store(store)
+    opened = existing_store(store_address(store, old_store))
     # Only JSONL stores have folders that other programs can leave things in.
     strays = opened.strays() if isinstance(opened, JsonlMemoryStore) else []
     for stray in strays:

@@ -50,13 +50,16 @@ class MemoryBank:
 
     Example::
 
-        bank = MemoryBank("~/.autopersona/memory")
+        bank = MemoryBank("memory")  # a folder, made on the first write
         bank.update("ada", "persona", PersonaMemory(topic="tone", preference="formal"))
         agent = PersonaAgent(bank)
 
     Args:
         store: A `MemoryStore`, or its address as `open_store` takes it (a folder,
-            ``jsonl:FOLDER`` or ``postgresql://...``).
+            ``jsonl:FOLDER`` or ``postgresql://...``). The command line and
+            deployments use the store the settings name (``store_from_settings()``
+            in ``autopersona_flows.flows``; ``$PREFECT_HOME/autopersona/memory`` by
+            default): pass it to share theirs.
         embedder: Embeds memories and queries; must be what the store was written
             with. the shipped `SentenceEncoder` by default.
         resolver: Decides add / update / delete / noop for `update` (and `ingest`);

@@ -7,21 +7,28 @@ optionally ``session``). `chat_sessions` cuts it into sessions, at a change of
 one loop over `ingest_task_history` and each preference keeps the time it was
 said. The person's messages are the ones `RuleExtractor` reads statements from;
 what the assistant said is kept in the trace, never read as the person's.
+`read_chat_log` does the same for a JSONL file of messages, as
+``autopersona ingest --chat USER FILE`` reads it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
+from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
-from autopersona_flows._validation import describe
+from autopersona_flows._validation import describe, valid_lines
 from autopersona_flows.errors import IngestionError
+from autopersona_flows.memory.provenance import Provenance
 from autopersona_flows.memory.records import AwareDatetime, RawTaskRecord, Text, non_blank
 
-__all__ = ["ChatMessage", "chat_sessions"]
+__all__ = ["DEFAULT_GAP", "ChatMessage", "chat_sessions", "read_chat_log"]
+
+DEFAULT_GAP = timedelta(hours=3)
+"""The silence after which a new session starts."""
 
 
 class ChatMessage(BaseModel):
@@ -48,7 +55,7 @@ def chat_sessions(
     user_id: str,
     messages: Iterable[ChatMessage | Mapping[str, Any]],
     *,
-    gap: timedelta = timedelta(hours=3),
+    gap: timedelta = DEFAULT_GAP,
 ) -> list[RawTaskRecord]:
     """Cut a conversation history into sessions, one `RawTaskRecord` each.
 
@@ -68,24 +75,67 @@ def chat_sessions(
         IngestionError: If a message is invalid (naming its index and field), or
             ``gap`` is not a positive timedelta.
     """
+    _check_gap(gap)
+    parsed = [(index, _message(raw, index)) for index, raw in enumerate(messages)]
+    return [_task(user_id, session) for _, session in _sessions(parsed, gap)]
+
+
+def read_chat_log(
+    lines: Iterable[bytes], source: str | Path, user_id: str, *, gap: timedelta = DEFAULT_GAP
+) -> list[RawTaskRecord]:
+    """A JSONL chat log of one person, one `ChatMessage` a line, as `chat_sessions` cuts it.
+
+    Every line is validated before any session is made. Each task's
+    `RawTaskRecord.provenance` is ``source`` and the line of its session's first
+    message. A line reads ``{"role": "user", "text": "I prefer aisle seats",
+    "at": "2025-01-10T09:00:00+00:00"}``, with an optional ``"session"``.
+
+    Args:
+        lines: The file's lines (blank ones are skipped).
+        source: The file, as provenance and messages name it.
+        user_id: Whose conversation it is.
+        gap: A silence longer than this starts a new session.
+
+    Raises:
+        IngestionError: If any line is not a valid message (every bad line is
+            listed, by line and field; no task is returned), or ``gap`` is not a
+            positive timedelta.
+    """
+    _check_gap(gap)
+    numbered = valid_lines(lines, source, ChatMessage, "chat message")
+    return [
+        _task(user_id, session, Provenance.ingestion(str(source), line))
+        for line, session in _sessions(numbered, gap)
+    ]
+
+
+def _check_gap(gap: timedelta) -> None:
     if not isinstance(gap, timedelta) or gap <= timedelta(0):
         raise IngestionError(f"gap must be a positive timedelta, got {gap!r}")
-    parsed = [_message(raw, index) for index, raw in enumerate(messages)]
-    by_session: dict[str | None, list[ChatMessage]] = {}
-    for message in parsed:  # interleaved conversations stay apart
-        by_session.setdefault(message.session, []).append(message)
-    sessions: list[list[ChatMessage]] = []
+
+
+def _sessions(
+    messages: list[tuple[int, ChatMessage]], gap: timedelta
+) -> list[tuple[int, list[ChatMessage]]]:
+    """The sessions the person spoke in, in time order.
+
+    Each message comes with its place (an index, or a line of a file); each session
+    with the place of its first message, and its messages.
+    """
+    by_session: dict[str | None, list[tuple[int, ChatMessage]]] = {}
+    for place, message in messages:  # interleaved conversations stay apart
+        by_session.setdefault(message.session, []).append((place, message))
+    sessions: list[tuple[int, list[ChatMessage]]] = []
     for conversation in by_session.values():
-        conversation.sort(key=lambda message: message.at)
+        conversation.sort(key=lambda placed: placed[1].at)
         start = len(sessions)
-        for message in conversation:
-            last = sessions[-1][-1] if len(sessions) > start else None
-            if last is None or message.at - last.at > gap:
-                sessions.append([message])
+        for place, message in conversation:
+            if len(sessions) > start and message.at - sessions[-1][1][-1].at <= gap:
+                sessions[-1][1].append(message)
             else:
-                sessions[-1].append(message)
-    sessions.sort(key=lambda session: session[0].at)
-    return [_task(user_id, session) for session in sessions if _said(session)]
+                sessions.append((place, [message]))
+    sessions.sort(key=lambda session: session[1][0].at)
+    return [session for session in sessions if _said(session[1])]
 
 
 def _message(raw: ChatMessage | Mapping[str, Any], index: int) -> ChatMessage:
@@ -104,7 +154,9 @@ def _said(session: list[ChatMessage]) -> bool:
     return any(message.role == "user" and message.text.strip() for message in session)
 
 
-def _task(user_id: str, session: list[ChatMessage]) -> RawTaskRecord:
+def _task(
+    user_id: str, session: list[ChatMessage], provenance: Provenance | None = None
+) -> RawTaskRecord:
     spoken = [message for message in session if message.text.strip()]
     theirs = [message for message in spoken if message.role == "user"]
     others = [message for message in spoken if message.role != "user"]
@@ -115,6 +167,7 @@ def _task(user_id: str, session: list[ChatMessage]) -> RawTaskRecord:
             trace=[{"role": m.role, "text": m.text, "at": m.at.isoformat()} for m in session],
             outcome=others[-1].text if others else None,
             at=session[0].at,
+            provenance=provenance,
         )
     except ValidationError as exc:  # a bad user id: say so once, not per session
         raise IngestionError(f"cannot make a task for user {user_id!r}: {exc}") from None

@@ -201,17 +201,18 @@ def names_secret(text: str) -> bool:
 
 
 def person_texts(record: RawTaskRecord) -> list[str]:
-    """What the person wrote in a task: the request and their messages in the trace.
+    """What the person wrote in a task: the request and their messages.
 
-    A trace entry is the person's when it is an object whose ``role`` is
-    ``"user"`` (chat logs, see `chat_sessions`); its text is ``"text"`` or
-    ``"content"``.
+    An entry of the trace or of the interactions is the person's when it is an
+    object whose ``role`` is ``"user"`` (chat logs, see `chat_sessions`); its text
+    is ``"text"`` or ``"content"``. Both are read: where a log puts the
+    conversation does not decide whether the person is heard.
     """
     texts = [record.query]
-    for entry in record.trace:
+    for entry in (*record.trace, *record.interaction):
         if isinstance(entry, dict) and entry.get("role") == "user":
             text = entry.get("text", entry.get("content"))
-            if isinstance(text, str) and text.strip() and text != record.query:
+            if isinstance(text, str) and text.strip() and text not in texts:
                 texts.append(text)
     return texts
 

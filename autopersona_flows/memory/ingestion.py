@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from autopersona_flows._validation import describe
+from autopersona_flows._validation import valid_lines
 from autopersona_flows.errors import IngestionError
 from autopersona_flows.memory.extraction import ExtractedMemory, Extractor, RuleExtractor
 from autopersona_flows.memory.protocol import MemoryStore
@@ -165,20 +165,21 @@ def _extracted(extractor: Extractor, record: RawTaskRecord) -> list[ExtractedMem
     return items
 
 
-def read_task_records(lines: Iterable[bytes], source: str | Path) -> Iterator[RawTaskRecord]:
-    """Parse JSONL lines into task records, validating each.
+def read_task_records(lines: Iterable[bytes], source: str | Path) -> list[RawTaskRecord]:
+    """Parse JSONL lines into task records, validating every line first.
 
-    Each record's `RawTaskRecord.provenance` is ``source`` and its line.
+    Each record's `RawTaskRecord.provenance` is ``source`` and its line. A line is
+    one JSON object: ``user_id`` and ``query`` (text) are required; ``trace`` and
+    ``interaction`` are lists of steps; ``outcome``, ``task`` and ``state`` any
+    JSON; ``insight`` text; ``persona`` a list of ``{"topic", "preference",
+    "strategy"}``; ``at`` an ISO 8601 time with a zone (see `RawTaskRecord`).
 
     Raises:
-        IngestionError: At the first line that is not valid JSON or not a valid
-            `RawTaskRecord`, naming ``source``, the line and the field.
+        IngestionError: If any line is not valid JSON or not a valid
+            `RawTaskRecord`, listing every bad line by ``source``, line and field;
+            no record is returned, so nothing of the file is ingested.
     """
-    for line_no, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = RawTaskRecord.model_validate_json(line)
-        except ValidationError as exc:
-            raise IngestionError(f"{source}:{line_no}: {describe(exc, 'line')}") from None
-        yield record.model_copy(update={"provenance": Provenance.ingestion(str(source), line_no)})
+    return [
+        record.model_copy(update={"provenance": Provenance.ingestion(str(source), line_no)})
+        for line_no, record in valid_lines(lines, source, RawTaskRecord, "task")
+    ]

@@ -138,7 +138,7 @@ def test_a_bad_line_near_the_end_writes_nothing(kit, tmp_path: Path) -> None:
     history = write_jsonl(tmp_path / "history.jsonl", lines)
 
     with pytest.raises(
-        IngestionError, match=rf"^{re.escape(str(history))}:7: query: Field required"
+        IngestionError, match=rf"(?m)^  {re.escape(str(history))}:7: query: Field required$"
     ):
         ingest(kit, history).result()
 

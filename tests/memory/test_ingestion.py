@@ -1,5 +1,8 @@
 """Ingestion of completed tasks, the Persona2Web adapter, reindexing, and their commands."""
 
+import inspect
+import re
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import orjson
@@ -7,6 +10,7 @@ import pytest
 
 from autopersona_flows import (
     JsonlMemoryStore,
+    MemoryBank,
     PersonaMemory,
     RawTaskRecord,
     TrajectoryMemory,
@@ -21,6 +25,7 @@ from autopersona_flows.memory import (
     SearchRequest,
     ingest_task_history,
 )
+from autopersona_flows.memory.chatlog import ChatMessage
 from autopersona_flows.memory.encoders import shared_encoder
 from autopersona_flows.memory.ingestion import (
     IngestionResult,
@@ -714,3 +719,177 @@ def test_a_user_id_the_store_refuses_is_caught_while_reading(tmp_path: Path) -> 
     ]
     with pytest.raises(IngestionError, match=r"tasks\.jsonl:2: user_id: .*at most 1024"):
         list(read_task_records(lines, tmp_path / "tasks.jsonl"))
+
+
+# --- every bad line at once; a person's words wherever the task keeps them; chat logs ---------
+
+
+def test_cli_ingest_lists_every_bad_line_and_ingests_nothing(
+    run_cli, store_root: Path, tmp_path: Path
+) -> None:
+    path = tmp_path / "tasks.jsonl"
+    path.write_bytes(
+        task_line("ada")
+        + b'{"user_id": "ada"}\n'  # 2: no query
+        + task_line("bob")
+        + b"{not json\n"  # 4
+        + b"\n"  # blank: skipped, not counted
+        + orjson.dumps({"user_id": "ada", "query": "q", "trace": "not a list"})  # 6
+        + b"\n"
+    )
+    result = run_cli("ingest", str(store_root), str(path))
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        f"error: {path}: 3 of 5 lines are not valid tasks, so nothing is ingested:",
+        f"  {path}:2: query: Field required",
+        f"  {path}:4: line: Invalid JSON: key must be a string at line 1 column 2",
+        f"  {path}:6: trace: Input should be a valid array",
+    ]
+    assert list(store_root.rglob("*.jsonl")) == []
+
+
+def test_a_long_list_of_bad_lines_is_cut_and_says_how_many_more(tmp_path: Path) -> None:
+    lines = [b'{"user_id": "ada"}'] * 120
+    with pytest.raises(IngestionError) as caught:
+        read_task_records(lines, tmp_path / "tasks.jsonl")
+    message = str(caught.value).splitlines()
+    assert message[0].endswith("120 of 120 lines are not valid tasks, so nothing is ingested:")
+    assert message[1].endswith("tasks.jsonl:1: query: Field required")
+    assert message[50].endswith("tasks.jsonl:50: query: Field required")
+    assert message[51:] == ["  ... and 70 more"]
+
+
+SAID = {"role": "user", "text": "I always prefer aisle seats on trains."}
+
+
+@pytest.mark.parametrize("where", ["trace", "interaction"])
+def test_what_the_person_said_becomes_a_persona_memory_wherever_the_task_keeps_it(
+    tmp_path: Path, where: str
+) -> None:
+    store = JsonlMemoryStore(tmp_path / where)
+    record = RawTaskRecord(user_id="ada", query="Book a train to York", **{where: [SAID]})
+    result = MemoryBank(store, HashingEmbedder()).ingest(record)
+    assert [p.content for p in store.list("ada", "persona")] == [
+        PersonaMemory(topic="seats", preference="I always prefer aisle seats on trains")
+    ]
+    assert "persona:add" in result.counts()
+
+
+def chat_line(text: str, minutes: int, role: str = "user", **fields: str) -> bytes:
+    at = datetime(2025, 1, 10, 9, tzinfo=UTC) + timedelta(minutes=minutes)
+    return orjson.dumps({"role": role, "text": text, "at": at.isoformat(), **fields}) + b"\n"
+
+
+def test_cli_ingests_a_chat_log_session_by_session(
+    run_cli, store_root: Path, tmp_path: Path
+) -> None:
+    path = tmp_path / "chat.jsonl"
+    path.write_bytes(
+        chat_line("Book me a train to York. I prefer window seats.", 0)
+        + chat_line("Booked 14A, a window seat.", 1, role="assistant")
+        + b"\n"
+        + chat_line("Trains again. I like aisle seats these days.", 60 * 24 * 30)  # line 4
+        + chat_line("Booked 22C.", 60 * 24 * 30 + 1, role="assistant")
+    )
+    result = run_cli("ingest", "--chat", "ada", str(path), "--store", str(store_root))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"ingested 2 chat sessions into {store_root}: ")
+    assert result.stderr == ""
+
+    store = JsonlMemoryStore(store_root)
+    sessions = sorted(store.list("ada", "trajectory"), key=lambda r: r.at)
+    assert [s.content.query for s in sessions] == [
+        "Book me a train to York. I prefer window seats.",
+        "Trains again. I like aisle seats these days.",
+    ]
+    assert [(s.provenance.file, s.provenance.line) for s in sessions if s.provenance] == [
+        (str(path), 1),
+        (str(path), 4),
+    ]
+    (seats,) = store.list("ada", "persona")  # the later statement replaced the earlier
+    assert seats.content.preference == "I like aisle seats these days"
+
+
+def test_cli_chat_log_lists_every_bad_message_and_ingests_nothing(
+    run_cli, store_root: Path, tmp_path: Path
+) -> None:
+    path = tmp_path / "chat.jsonl"
+    path.write_bytes(
+        chat_line("I prefer window seats.", 0)
+        + b'{"role": "user", "text": "no time"}\n'
+        + b'{"role": "user", "text": "naive", "at": "2025-01-10T09:00:00"}\n'
+    )
+    result = run_cli("ingest", "--chat", "ada", str(path), "--store", str(store_root))
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"error: {path}: 2 of 3 lines are not valid chat messages, so nothing is ingested:",
+        f"  {path}:2: at: Field required",
+        f"  {path}:3: at: Value error, timestamps must be timezone-aware",
+    ]
+    assert list(store_root.rglob("*.jsonl")) == []
+
+
+def test_a_chat_log_given_as_tasks_is_refused_with_the_way_to_ingest_it(
+    run_cli, store_root: Path, tmp_path: Path
+) -> None:
+    path = tmp_path / "chat.jsonl"
+    path.write_bytes(chat_line("I prefer window seats.", 0))
+    result = run_cli("ingest", str(path), "--store", str(store_root))
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == "(the lines are chat messages: add --chat USER)"
+    assert list(store_root.rglob("*.jsonl")) == []
+
+
+def test_gap_hours_is_for_chat_logs_only(run_cli, store_root: Path, tmp_path: Path) -> None:
+    path = tmp_path / "tasks.jsonl"
+    path.write_bytes(task_line())
+    result = run_cli("ingest", str(path), "--store", str(store_root), "--gap-hours", "1")
+    assert result.returncode == 2
+    assert "--gap-hours" in result.stderr
+    assert "--chat" in result.stderr
+
+
+def _json_examples(text: str) -> list[str]:
+    """The JSON objects ``text`` shows, one a paragraph, each possibly wrapped over lines."""
+    return [
+        " ".join(line.strip() for line in paragraph.splitlines())
+        for paragraph in text.split("\n\n")
+        if paragraph.strip().startswith("{")
+    ]
+
+
+def test_the_line_formats_that_help_and_docs_show_are_what_ingest_reads(
+    run_cli, tmp_path: Path
+) -> None:
+    from autopersona_flows.cli.ingestion import ingest_command
+
+    # --help renders the docstring; its examples must be lines ingest accepts.
+    task_example, chat_example = _json_examples(inspect.getdoc(ingest_command) or "")
+    RawTaskRecord.model_validate_json(task_example)
+    ChatMessage.model_validate_json(chat_example)
+    shown = run_cli("ingest", "--help")
+    assert shown.returncode == 0
+    for name in RawTaskRecord.model_fields.keys() - {"provenance"}:
+        assert name in shown.stdout, f"--help does not name the field {name}"
+
+    # The docs' two blocks, as a user copies them into files and ingests them.
+    cli_page = Path(__file__).parents[2] / "docs" / "cli.md"
+    tasks, chat = re.findall(r"```json\n(.*?)```", cli_page.read_text(encoding="utf-8"), re.S)
+    (tmp_path / "tasks.jsonl").write_text(tasks, encoding="utf-8")
+    (tmp_path / "chat.jsonl").write_text(chat, encoding="utf-8")
+    store = tmp_path / "store"
+    for args, ingested in (
+        (["tasks.jsonl"], "ingested 2 tasks"),
+        (["--chat", "ada", "chat.jsonl"], "ingested 1 chat session"),
+    ):
+        result = run_cli("ingest", *args, "--store", str(store), cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.startswith(ingested)
+    persona = {
+        r.content.topic: r.content.preference
+        for r in JsonlMemoryStore(store).list("ada", "persona")
+    }
+    assert persona["citation style"] == "APA"
+    assert persona["seats"] == "I prefer aisle seats"  # said in the trace
+    assert persona["rooms"] == "I always book quiet rooms"  # said in the chat
