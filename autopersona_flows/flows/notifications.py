@@ -3,19 +3,32 @@
 A scheduled run that asks at 03:00 waits for nobody unless someone is told. Prefect
 already has the machinery: an automation whose trigger is the run's
 ``autopersona.clarification.requested`` event (see `autopersona_flows.flows.events`)
-and whose action calls a webhook or sends through any notification block (Slack,
-email, Microsoft Teams, a custom webhook). This module only creates it.
+and whose action sends through a notification block (Slack, email, Microsoft Teams,
+a custom webhook). This module creates, lists and deletes those automations.
 
 Why our own event and not Prefect's ``prefect.flow-run.Paused`` / ``Suspended``: those
 carry no question, and ``{{ flow_run|ui_url }}`` renders "None" on a server started
 before its API URL was configured; our event carries the question, the options and a
 link computed where the run is.
+
+Why a webhook URL is sent through a ``custom-webhook`` notification block and not
+Prefect's ``Webhook`` block with a ``call-webhook`` action: in Prefect 3.9.1 every
+``Webhook`` block shares one module-wide HTTP transport, and each call closes it on
+its way out (``async with self._client``), cutting the connections of the calls
+running beside it ("Webhook call failed: ReadError('')"); the action then counts as
+failed and is never tried again, and an error status (a 503) counts as delivered.
+The custom webhook block opens a client of its own per call, and raises on a failed
+or refused request, which Prefect's action consumer retries (``ActionFailed`` is the
+only failure it gives up on).
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable, Iterator
 from datetime import timedelta
-from typing import cast
+from typing import Any, cast
+from urllib.parse import urlsplit
 from uuid import UUID
 
 from prefect.automations import (
@@ -26,11 +39,12 @@ from prefect.automations import (
     Posture,
     SendNotification,
 )
-from prefect.blocks.webhook import Webhook
-from prefect.client.orchestration import get_client
+from prefect.blocks.notifications import CustomWebhookNotificationBlock
+from prefect.client.orchestration import SyncPrefectClient, get_client
+from prefect.events.schemas.automations import Automation as SavedAutomation
 from prefect.exceptions import ObjectNotFound
 from prefect.types import SecretDict
-from pydantic import SecretStr
+from pydantic import BaseModel, ConfigDict
 
 from autopersona_flows import _json
 from autopersona_flows.errors import NotificationError
@@ -39,7 +53,10 @@ from autopersona_flows.flows.events import CLARIFICATION_REQUESTED
 __all__ = [
     "DEFAULT_AUTOMATION_NAME",
     "WEBHOOK_PAYLOAD",
+    "ClarificationAutomation",
     "create_clarification_automation",
+    "delete_clarification_automation",
+    "list_clarification_automations",
 ]
 
 DEFAULT_AUTOMATION_NAME = "autopersona: a run is waiting for an answer"
@@ -60,14 +77,50 @@ WEBHOOK_PAYLOAD = (
 _SUBJECT = "A run is waiting for your answer"
 _BODY = "{{ event.payload.message }}"
 
+# The blocks this module saves for a webhook URL (and, before, `Webhook` blocks): one
+# per address, named by its digest. Only these are ever deleted with an automation.
+_SAVED_BLOCK = re.compile(r"autopersona-[0-9a-f]{12}")
+_PAGE = 200  # the Prefect API's default (and largest) page of automations
+
+
+class ClarificationAutomation(BaseModel):
+    """An automation that sends our questions, as `list_clarification_automations` sees it.
+
+    Attributes:
+        name: The automation's name.
+        id: Its id in Prefect.
+        enabled: Whether it fires (it can be switched off in the Prefect UI).
+        sends_to: Where it sends: ``"webhook https://host/…"`` for a URL given to
+            `create_clarification_automation` (the rest of the URL is a secret), else
+            the notification block's slug, ``"<block type>/<block name>"``.
+        outdated: Made by an earlier version with a ``call-webhook`` action, which
+            loses notifications fired at the same moment: create it again under its
+            name to replace it.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    id: UUID
+    enabled: bool
+    sends_to: str
+    outdated: bool = False
+
 
 def _webhook_block(url: str) -> UUID:
     if not url.startswith(("http://", "https://")):
         raise NotificationError(f"{url!r} is not an http(s) URL: give the webhook's full address")
-    block = Webhook(
+    address = urlsplit(url)
+    port = f":{address.port}" if address.port else ""
+    block = CustomWebhookNotificationBlock(
+        # Shown in the UI and by `notify ls`; a hook's path is often its credential, so
+        # the URL itself is kept among the block's secrets.
+        name=f"webhook {address.scheme}://{address.hostname}{port}/…",
+        url="{{webhook_url}}",
+        secrets=SecretDict({"webhook_url": url}),
         method="POST",
-        url=SecretStr(url),
-        headers=SecretDict({"Content-Type": "application/json"}),
+        headers={"Content-Type": "application/json"},
+        form_data="{{body}}",  # the rendered WEBHOOK_PAYLOAD, sent as it is
     )
     # One block per address, so creating the automation again reuses it.
     name = f"autopersona-{_json.digest({'webhook': url})[:12]}"
@@ -100,6 +153,75 @@ def _notification_block_id(slug: str) -> UUID:
     return document.id
 
 
+def _all_automations(client: SyncPrefectClient) -> list[SavedAutomation]:
+    found: list[SavedAutomation] = []
+    while page := client.read_automations(limit=_PAGE, offset=len(found)):
+        found += page
+        if len(page) < _PAGE:
+            break
+    return found
+
+
+def _is_ours(automation: SavedAutomation) -> bool:
+    trigger = automation.trigger
+    return isinstance(trigger, EventTrigger) and CLARIFICATION_REQUESTED in trigger.expect
+
+
+def _block_ids(automations: Iterable[SavedAutomation]) -> Iterator[UUID]:
+    for automation in automations:
+        for action in [
+            *automation.actions,
+            *automation.actions_on_trigger,
+            *automation.actions_on_resolve,
+        ]:
+            block_id = getattr(action, "block_document_id", None)
+            if isinstance(block_id, UUID):
+                yield block_id
+
+
+def _describe(client: SyncPrefectClient, automation: SavedAutomation) -> ClarificationAutomation:
+    places = []
+    for block_id in _block_ids([automation]):
+        try:
+            document = client.read_block_document(block_id, include_secrets=False)
+        except ObjectNotFound:
+            places.append(f"a deleted block ({block_id})")
+            continue
+        data: dict[str, Any] = document.data
+        slug = document.block_type.slug if document.block_type else "block"
+        saved = document.name is not None and _SAVED_BLOCK.fullmatch(document.name)
+        if saved and slug == "custom-webhook" and isinstance(data.get("name"), str):
+            places.append(data["name"])
+        else:
+            places.append(f"{slug}/{document.name}")
+    return ClarificationAutomation(
+        name=automation.name,
+        id=automation.id,
+        enabled=automation.enabled,
+        sends_to=", ".join(places) or "nowhere (no notification action)",
+        outdated=any(isinstance(action, CallWebhook) for action in automation.actions),
+    )
+
+
+def _delete(
+    client: SyncPrefectClient,
+    doomed: list[SavedAutomation],
+    kept: list[SavedAutomation],
+    *also: UUID,
+) -> None:
+    """Delete ``doomed``, and the blocks saved for them that no automation still uses."""
+    for automation in doomed:
+        client.delete_automation(automation.id)
+    in_use = {*_block_ids(kept), *also}
+    for block_id in set(_block_ids(doomed)) - in_use:
+        try:
+            document = client.read_block_document(block_id, include_secrets=False)
+        except ObjectNotFound:
+            continue
+        if document.name is not None and _SAVED_BLOCK.fullmatch(document.name):
+            client.delete_block_document(block_id)
+
+
 def create_clarification_automation(
     *,
     webhook_url: str | None = None,
@@ -110,13 +232,17 @@ def create_clarification_automation(
 
     It fires on every ``autopersona.clarification.requested`` event, within a fraction
     of a second, and sends the question and the run's link. An automation of the same
-    ``name`` is replaced, so calling this again changes where notifications go.
+    ``name`` is replaced (the new one is created first, so no question falls between
+    the two), so calling this again changes where notifications go, and turns one
+    made by an earlier version into one that does not lose notifications.
 
     Args:
         webhook_url: POST a JSON body to this URL (``text``: the message with the
             question and link; also ``url``, ``flow_run_id``, ``user_id``, ``questions``,
-            ``occurred``; see `WEBHOOK_PAYLOAD`). A Prefect ``Webhook`` block is saved
-            for it, and the action is ``call-webhook``.
+            ``occurred``; see `WEBHOOK_PAYLOAD`). A Prefect ``custom-webhook``
+            notification block named ``autopersona-<digest>`` is saved for it, with the
+            URL among its secrets; the action is ``send-notification``. A request that
+            fails or is answered with an error status is tried again.
         block_slug: Send through this Prefect notification block instead,
             ``"<block type>/<block name>"`` (e.g. ``"slack-webhook/team"``); the action
             is ``send-notification`` with the message as its body.
@@ -135,14 +261,12 @@ def create_clarification_automation(
             "give exactly one of webhook_url (any URL that accepts a JSON POST) and "
             "block_slug (a Prefect notification block, '<type>/<name>')"
         )
-    action: CallWebhook | SendNotification
     if webhook_url is not None:
-        action = CallWebhook(block_document_id=_webhook_block(webhook_url), payload=WEBHOOK_PAYLOAD)
+        block_id, body = _webhook_block(webhook_url), WEBHOOK_PAYLOAD
     else:
         assert block_slug is not None  # exactly one was given
-        action = SendNotification(
-            block_document_id=_notification_block_id(block_slug), subject=_SUBJECT, body=_BODY
-        )
+        block_id, body = _notification_block_id(block_slug), _BODY
+    action = SendNotification(block_document_id=block_id, subject=_SUBJECT, body=body)
     automation = AutomationCore(
         name=name,
         description="Sends the question and the run's link when a run waits for an answer.",
@@ -156,7 +280,59 @@ def create_clarification_automation(
         actions=[action],
     )
     with get_client(sync_client=True) as client:
-        for existing in client.read_automations_by_name(name):
-            client.delete_automation(existing.id)
+        existing = _all_automations(client)
+        replaced = [a for a in existing if a.name == name]
         created = client.create_automation(automation)
+        _delete(client, replaced, [a for a in existing if a.name != name], block_id)
     return Automation.model_validate({**automation.model_dump(), "id": created})
+
+
+def list_clarification_automations() -> list[ClarificationAutomation]:
+    """The automations that send our questions: every one triggered by our event.
+
+    Those made by `create_clarification_automation` and any made by hand (in the
+    Prefect UI, say) on ``autopersona.clarification.requested``, oldest first.
+
+    Returns:
+        One `ClarificationAutomation` each: name, id, whether it is enabled, where it
+        sends, and whether it is an outdated ``call-webhook`` one.
+    """
+    with get_client(sync_client=True) as client:
+        return [_describe(client, a) for a in _all_automations(client) if _is_ours(a)]
+
+
+def delete_clarification_automation(
+    name_or_id: str | UUID = DEFAULT_AUTOMATION_NAME,
+) -> list[ClarificationAutomation]:
+    """Delete the automations of this name (or this id) that send our questions.
+
+    The ``custom-webhook`` block saved for a webhook URL goes with it, unless another
+    automation still sends through it; a block of yours named by ``block_slug`` stays.
+    An automation on other events is never deleted, whatever its name.
+
+    Args:
+        name_or_id: The automation's name or id, as `list_clarification_automations`
+            gives them.
+
+    Returns:
+        The automations deleted.
+
+    Raises:
+        NotificationError: If no automation on our event has that name or id.
+    """
+    wanted = str(name_or_id)
+    with get_client(sync_client=True) as client:
+        everything = _all_automations(client)
+        doomed = [
+            a
+            for a in everything
+            if _is_ours(a) and (a.name == wanted or str(a.id) == wanted.strip().lower())
+        ]
+        if not doomed:
+            raise NotificationError(
+                f"no automation named or with id {wanted!r} sends our questions: "
+                "`autopersona notify ls` lists them"
+            )
+        deleted = [_describe(client, a) for a in doomed]
+        _delete(client, doomed, [a for a in everything if a.id not in {d.id for d in doomed}])
+    return deleted

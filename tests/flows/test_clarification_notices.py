@@ -10,14 +10,23 @@ from __future__ import annotations
 import re
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from uuid import UUID, uuid4
 
 import orjson
 import pytest
+from prefect.automations import (
+    AutomationCore,
+    CallWebhook,
+    DoNothing,
+    EventTrigger,
+    Posture,
+    SendNotification,
+)
 from prefect.blocks.notifications import CustomWebhookNotificationBlock
 from prefect.blocks.webhook import Webhook
 from prefect.client.orchestration import get_client
@@ -30,10 +39,14 @@ from prefect.client.schemas.filters import (
 )
 from prefect.client.schemas.objects import StateType
 from prefect.client.schemas.sorting import ArtifactSort
+from prefect.events import emit_event
 from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
+from prefect.exceptions import ObjectNotFound
 from prefect.flow_runs import resume_flow_run
 
+from autopersona_flows import _json
 from autopersona_flows.agent import Requirement
+from autopersona_flows.cli import main
 from autopersona_flows.errors import BlankAnswerError, NotificationError
 from autopersona_flows.flows import PendingClarification, TaskGraph, TaskNode, run_persona_graph
 from autopersona_flows.flows.answers import answer_clarification
@@ -42,7 +55,12 @@ from autopersona_flows.flows.events import (
     CLARIFICATION_REQUESTED,
     flow_run_url,
 )
-from autopersona_flows.flows.notifications import create_clarification_automation
+from autopersona_flows.flows.notifications import (
+    WEBHOOK_PAYLOAD,
+    create_clarification_automation,
+    delete_clarification_automation,
+    list_clarification_automations,
+)
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -109,7 +127,7 @@ def test_a_blank_answer_is_refused_and_the_run_waits_for_a_real_one(kit, watch_f
     run_id = watcher.finish()
 
     question = seen["question"]
-    assert question.startswith("Which tone should I use to write the summary?")
+    assert question == "To write the summary, what tone would you like?"
     assert (seen["after blank"], seen["after blank answer"]) == (StateType.PAUSED,) * 2
     assert state_of(run_id) == StateType.COMPLETED
     assert result["outputs"]["write_summary"]["answer"] == "terse"
@@ -184,12 +202,20 @@ def test_a_blank_answer_is_refused_and_the_run_waits_for_a_real_one(kit, watch_f
 
 
 class Receiver(ThreadingHTTPServer):
-    """An HTTP server on 127.0.0.1 that keeps every request body it receives, with when."""
+    """An HTTP server on 127.0.0.1 that keeps every request body it receives, with when.
+
+    ``delay`` is how long it takes to answer (a chat service takes a few tenths of a
+    second); with ``refuse_first`` it answers 503 the first time it sees a body, as a
+    service that is briefly unavailable does, and keeps only what it accepted.
+    """
 
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.received: list[tuple[datetime, str, bytes]] = []
         self.arrived = threading.Condition()
+        self.delay = 0.0
+        self.refuse_first = False
+        self.refused: set[bytes] = set()
 
     @property
     def url(self) -> str:
@@ -208,9 +234,14 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
         with self.server.arrived:
-            self.server.received.append((datetime.now(UTC), self.path, body))
-            self.server.arrived.notify_all()
-        self.send_response(200)
+            refused = self.server.refuse_first and body not in self.server.refused
+            if refused:
+                self.server.refused.add(body)
+            else:
+                self.server.received.append((datetime.now(UTC), self.path, body))
+                self.server.arrived.notify_all()
+        time.sleep(self.server.delay)
+        self.send_response(503 if refused else 200)
         self.end_headers()
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -250,7 +281,10 @@ def test_an_automation_sends_the_question_and_the_link_when_a_run_waits(
         assert [a.id for a in client.read_automations_by_name(f"{name}-url")] == [again.id]
     time.sleep(2)  # the server's trigger service loads new automations in the background
 
+    asked: list[str] = []
+
     def person(waiting: PendingClarification) -> None:
+        asked.append(waiting.question)
         receiver.wait_for(2)
         answer_clarification(waiting.flow_run_id, "warm")
 
@@ -262,7 +296,8 @@ def test_an_automation_sends_the_question_and_the_link_when_a_run_waits(
         assert sorted(received) == ["/hook", "/notify"]
         hook = orjson.loads(received["/hook"][1])
         notice = orjson.loads(received["/notify"][1])
-        question = "Which tone should I use to write the summary?"
+        [question] = asked
+        assert "tone" in question
         link = flow_run_url(run_id)
         assert question in hook["text"]
         assert link in hook["text"]
@@ -302,3 +337,207 @@ def test_an_automation_is_refused_clearly_when_it_cannot_notify() -> None:
     Webhook(url="http://127.0.0.1:1/").save(name)  # calls a URL, but is no notification block
     with pytest.raises(NotificationError, match="cannot send notifications"):
         create_clarification_automation(block_slug=f"webhook/{name}")
+
+
+# ------------------------------------------------------------- many questions at once
+
+ACTION_EXECUTED = "prefect.automation.action.executed"
+ACTION_FAILED = "prefect.automation.action.failed"
+
+
+def announce(runs: list[UUID]) -> None:
+    """Emit the event of each run asking, all at once, as `flows.events` emits it.
+
+    Forty real runs would reach their pause one after another (a run's start takes
+    its turn at the server's database); the automation sees only the events, so these
+    are the events, sent together, each about its own run.
+    """
+    for run in runs:
+        url = flow_run_url(run)
+        emit_event(
+            CLARIFICATION_REQUESTED,
+            resource={"prefect.resource.id": f"prefect.flow-run.{run}"},
+            payload={
+                "user_id": USER,
+                "flow_run_id": str(run),
+                "nodes": ["write_summary"],
+                "questions": [{"question": "Which tone?", "options": [], "key": f"k-{run}"}],
+                "url": url,
+                "message": f"A run is waiting for your answer: Which tone? {url}",
+            },
+        )
+
+
+def action_outcomes(automation_id: UUID) -> Counter[str]:
+    """How Prefect recorded each of the automation's deliveries: executed or failed."""
+    automation = EventResourceFilter(id=[f"prefect.automation.{automation_id}"])
+    names = EventNameFilter(name=[ACTION_EXECUTED, ACTION_FAILED])
+    with get_client(sync_client=True) as client:
+        page = client.read_events(EventFilter(event=names, resource=automation), limit=50)
+    return Counter(event.event for event in page.events)
+
+
+def delivered_runs(receiver: Receiver, count: int, timeout: float) -> list[str]:
+    """The run ids in the bodies the receiver accepted, sorted, once ``count`` arrived."""
+    until = time.monotonic() + timeout
+    with receiver.arrived:
+        receiver.arrived.wait_for(lambda: len(receiver.received) >= count, timeout)
+    time.sleep(max(0.0, min(2.0, until - time.monotonic())))  # a duplicate would come now
+    return sorted(orjson.loads(body)["flow_run_id"] for _, _, body in receiver.received)
+
+
+def test_every_question_arrives_when_forty_runs_ask_at_the_same_moment(receiver) -> None:
+    receiver.delay = 0.2  # as long as a chat service takes to answer a hook
+    automation = create_clarification_automation(
+        webhook_url=f"{receiver.url}/hook", name=f"test-many-{uuid4().hex[:8]}"
+    )
+    assert automation.id is not None
+    time.sleep(2)  # the server's trigger service loads new automations in the background
+    runs = [uuid4() for _ in range(40)]
+    try:
+        announce(runs)
+        # Every run's question arrived, once.
+        assert delivered_runs(receiver, len(runs), timeout=45) == sorted(map(str, runs))
+        # And Prefect knows it did: no delivery cut short by another one closing the
+        # connections it shared (Prefect's `Webhook` block: "ReadError('')" for about
+        # a third of them, never tried again).
+        outcomes = eventually(
+            lambda: (seen := action_outcomes(automation.id)).total() >= len(runs) and seen
+        )
+        assert outcomes == {ACTION_EXECUTED: len(runs)}
+    finally:
+        with get_client(sync_client=True) as client:
+            client.delete_automation(automation.id)
+
+
+def test_a_question_refused_once_by_a_busy_receiver_is_sent_again(receiver) -> None:
+    receiver.refuse_first = True  # 503 to each question's first delivery
+    automation = create_clarification_automation(
+        webhook_url=f"{receiver.url}/hook", name=f"test-busy-{uuid4().hex[:8]}"
+    )
+    assert automation.id is not None
+    time.sleep(2)
+    runs = [uuid4() for _ in range(10)]
+    try:
+        announce(runs)
+        assert delivered_runs(receiver, len(runs), timeout=30) == sorted(map(str, runs))
+        assert len(receiver.refused) == len(runs)
+    finally:
+        with get_client(sync_client=True) as client:
+            client.delete_automation(automation.id)
+
+
+# ------------------------------------------------------------------ list, replace, delete
+
+
+def block_exists(block_id: UUID) -> bool:
+    with get_client(sync_client=True) as client:
+        try:
+            client.read_block_document(block_id)
+        except ObjectNotFound:
+            return False
+    return True
+
+
+def test_an_automation_of_an_earlier_version_is_listed_and_replaced_by_creating_it_again(
+    receiver,
+) -> None:
+    # What an earlier version made: a `Webhook` block and a call-webhook action.
+    url = f"{receiver.url}/hook"
+    name = f"test-old-{uuid4().hex[:8]}"
+    old_block = Webhook(url=url, headers={"Content-Type": "application/json"}).save(
+        f"autopersona-{_json.digest({'webhook': url})[:12]}", overwrite=True
+    )
+    old = AutomationCore(
+        name=name,
+        trigger=EventTrigger(
+            expect={CLARIFICATION_REQUESTED},
+            match={"prefect.resource.id": "prefect.flow-run.*"},
+            posture=Posture.Reactive,
+            threshold=1,
+            within=timedelta(0),
+        ),
+        actions=[CallWebhook(block_document_id=old_block, payload=WEBHOOK_PAYLOAD)],
+    )
+    with get_client(sync_client=True) as client:
+        old_id = client.create_automation(old)
+    [listed] = [a for a in list_clarification_automations() if a.name == name]
+    assert (listed.id, listed.enabled, listed.outdated) == (old_id, True, True)
+    assert listed.sends_to.startswith("webhook/autopersona-")
+
+    new = create_clarification_automation(webhook_url=url, name=name)
+
+    [listed] = [a for a in list_clarification_automations() if a.name == name]
+    assert (listed.id, listed.outdated) == (new.id, False)
+    assert listed.sends_to == f"webhook {receiver.url}/…"
+    [action] = new.actions
+    assert isinstance(action, SendNotification)
+    with get_client(sync_client=True) as client:
+        document = client.read_block_document(action.block_document_id)
+    assert document.block_type is not None
+    assert document.block_type.slug == "custom-webhook"
+    assert not block_exists(old_block)  # the old block went with the old automation
+    delete_clarification_automation(name)
+    assert not block_exists(action.block_document_id)
+
+
+def test_notify_ls_and_delete_from_the_command_line(receiver, capsys) -> None:
+    url = f"{receiver.url}/T0001/secret-part"  # a hook's path is its credential
+    first, second = (f"test-cli-{uuid4().hex[:8]}" for _ in range(2))
+    one = create_clarification_automation(webhook_url=url, name=first)
+    two = create_clarification_automation(webhook_url=url, name=second)  # the same block
+    CustomWebhookNotificationBlock(name="team", url=f"{receiver.url}/notify").save(
+        first, overwrite=True
+    )
+    three = create_clarification_automation(block_slug=f"custom-webhook/{first}", name=first)
+    other = f"test-other-{uuid4().hex[:8]}"  # an automation on another event, not ours
+    with get_client(sync_client=True) as client:
+        client.create_automation(
+            AutomationCore(
+                name=other,
+                trigger=EventTrigger(expect={"prefect.flow-run.Failed"}, posture=Posture.Reactive),
+                actions=[DoNothing()],
+            )
+        )
+    [(url_action,), (block_action,)] = [one.actions, three.actions]
+    assert isinstance(url_action, SendNotification)
+    assert isinstance(block_action, SendNotification)
+    saved, users = url_action.block_document_id, block_action.block_document_id
+    try:
+        assert main(["notify", "ls"]) == 0
+        out, _ = capsys.readouterr()
+        lines = {line.split("  ")[2]: line for line in out.splitlines()}
+        assert lines[repr(first)] == (
+            f"{three.id}  enabled  {first!r}  sends to custom-webhook/{first}"
+        )
+        assert lines[repr(second)] == (
+            f"{two.id}  enabled  {second!r}  sends to webhook {receiver.url}/…"
+        )
+        assert repr(other) not in lines
+        assert "secret" not in out
+
+        # By name: `first` (made again through a block) goes; the block of the person stays.
+        assert main(["notify", "delete", first]) == 0
+        out, _ = capsys.readouterr()
+        assert out == f"deleted automation {first!r} ({three.id})\n"
+        assert block_exists(users)
+        assert block_exists(saved)  # `second` still sends through it
+        # By id: the last automation on the saved block takes it along.
+        assert main(["notify", "delete", str(two.id)]) == 0
+        assert capsys.readouterr().out == f"deleted automation {second!r} ({two.id})\n"
+        assert not block_exists(saved)
+
+        for missing in (first, other, str(uuid4())):
+            assert main(["notify", "delete", missing]) == 1
+            _, err = capsys.readouterr()
+            assert err == (
+                f"error: no automation named or with id {missing!r} sends our questions: "
+                "`autopersona notify ls` lists them\n"
+            )
+        with get_client(sync_client=True) as client:
+            assert len(client.read_automations_by_name(other)) == 1
+    finally:
+        with get_client(sync_client=True) as client:
+            for automation in client.read_automations_by_name(other):
+                assert automation.id is not None
+                client.delete_automation(automation.id)
