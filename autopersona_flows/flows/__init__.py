@@ -38,7 +38,12 @@ if TYPE_CHECKING:
     from autopersona_flows.flows.graph import GraphSpec, NodeSpec, TaskGraph, TaskNode, resolve_tool
     from autopersona_flows.flows.ingestion import ingest_history
     from autopersona_flows.flows.maintenance import memory_maintenance
-    from autopersona_flows.flows.notifications import create_clarification_automation
+    from autopersona_flows.flows.notifications import (
+        ClarificationAutomation,
+        create_clarification_automation,
+        delete_clarification_automation,
+        list_clarification_automations,
+    )
     from autopersona_flows.flows.options import DEFAULT_TASK_OPTIONS, PersonaTaskOptions
     from autopersona_flows.flows.review import memory_review
     from autopersona_flows.flows.runtime import (
@@ -80,7 +85,12 @@ else:
             ),
             "autopersona_flows.flows.ingestion": ("ingest_history",),
             "autopersona_flows.flows.maintenance": ("memory_maintenance",),
-            "autopersona_flows.flows.notifications": ("create_clarification_automation",),
+            "autopersona_flows.flows.notifications": (
+                "ClarificationAutomation",
+                "create_clarification_automation",
+                "delete_clarification_automation",
+                "list_clarification_automations",
+            ),
             "autopersona_flows.flows.options": ("DEFAULT_TASK_OPTIONS", "PersonaTaskOptions"),
             "autopersona_flows.flows.review": ("memory_review",),
             "autopersona_flows.flows.runtime": (
@@ -96,6 +106,7 @@ __all__ = [
     "DEFAULT_TASK_OPTIONS",
     "AnsweredQuestion",
     "AutopersonaSettings",
+    "ClarificationAutomation",
     "GraphSpec",
     "NodeCachePolicy",
     "NodeContext",
@@ -114,8 +125,10 @@ __all__ = [
     "arun_persona_graph",
     "ask_first",
     "create_clarification_automation",
+    "delete_clarification_automation",
     "graph_runner",
     "ingest_history",
+    "list_clarification_automations",
     "memory_maintenance",
     "memory_review",
     "node_cache_key",
