@@ -1,4 +1,4 @@
-"""Commands for persona runs waiting on a person: pending, answer, notify create."""
+"""Commands for persona runs waiting on a person: pending, answer, notify create/ls/delete."""
 
 from __future__ import annotations
 
@@ -117,3 +117,43 @@ def notify_create_command(
         webhook_url=webhook, block_slug=block, name=name or DEFAULT_AUTOMATION_NAME
     )
     print(f"automation {automation.name!r} ({automation.id}) notifies on every question")
+
+
+@notify.command("ls")
+def notify_ls_command() -> None:
+    """List the automations that send our questions: name, id, enabled, where to."""
+    from autopersona_flows.flows.notifications import (  # noqa: PLC0415
+        list_clarification_automations,
+    )
+
+    automations = list_clarification_automations()
+    for automation in automations:
+        state = "enabled" if automation.enabled else "disabled"
+        line = f"{automation.id}  {state}  {automation.name!r}  sends to {automation.sends_to}"
+        if automation.outdated:
+            line += "  (outdated call-webhook: `notify create` it again)"
+        print(line)
+    if not automations:
+        print("no automation sends our questions: `autopersona notify create` makes one")
+
+
+@notify.command("delete")
+def notify_delete_command(
+    name_or_id: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="[NAME|ID]",
+            help="The automation's name or id, as `autopersona notify ls` lists them "
+            "(default: the name `notify create` gives).",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Delete an automation that sends our questions (and the webhook block saved for it)."""
+    from autopersona_flows.flows.notifications import (  # noqa: PLC0415
+        DEFAULT_AUTOMATION_NAME,
+        delete_clarification_automation,
+    )
+
+    for automation in delete_clarification_automation(name_or_id or DEFAULT_AUTOMATION_NAME):
+        print(f"deleted automation {automation.name!r} ({automation.id})")
