@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, cast
 
 from prefect.futures import wait
+from prefect.logging import get_run_logger
 from prefect.results import ResultStore
 from prefect.utilities.annotations import quote
 
@@ -57,6 +58,7 @@ from autopersona_flows.flows.locks import step_locks
 from autopersona_flows.flows.options import PRE_HOOK_OPTIONS, build_task
 from autopersona_flows.flows.reports import StepCounter
 from autopersona_flows.flows.runtime import PersonaRuntime, current_flow_run_id
+from autopersona_flows.flows.sharing import note_asking, share_answers
 
 __all__ = ["NodePlan", "Settled", "Settler", "episode_of"]
 
@@ -393,6 +395,7 @@ class Settler:
             record_answered(
                 [questions[n] for n in heard], [cast(Given, given[n]).answer for n in heard], where
             )
+            _share(user_id, [questions[n][1] for n in heard], [given[n] for n in heard])
         missing = [n for n, answer in enumerate(given) if answer is None]
         budget = self.runtime.question_budget
         room = len(missing) if budget is None else max(0, budget - self.counter.clarifications)
@@ -403,6 +406,7 @@ class Settler:
             asked = self._asked(asking, answers, user_id, in_flight, where)
             for n, answer in zip(missing[:room], asked, strict=True):
                 given[n] = answer
+            _share(user_id, [decision for _, decision in asking], asked)
         for n in missing:
             node_id, decision = questions[n]
             answers.keep(node_id, user_id, decision, cast(Given, given[n]))
@@ -419,12 +423,16 @@ class Settler:
         """Ask ``asking`` in one form, noting first who asks (see `EpisodeAnswers`)."""
         self.counter.asked(len(asking))
         wait(list(in_flight))  # nothing runs while we wait, so a suspend loses no work
-        key = response_key(form_key(asking, where), self.runtime)
+        pause_key = form_key(asking, where)
+        key = response_key(pause_key, self.runtime)
         run_id = current_flow_run_id()
         fields = field_names([decision for _, decision in asking])
         for (node_id, decision), name in zip(asking, fields, strict=True):
             note = Asking(flow_run_id=run_id, response_key=key, field=name)
             answers.asking(node_id, user_id, decision, note)
+        requirements = {f: d.requirement for f, (_, d) in zip(fields, asking, strict=True)}
+        if all(requirements.values()):  # what another run's answers may answer (see sharing)
+            note_asking(run_id, pause_key, user_id, cast(dict[str, str], requirements))
         try:
             return [Given(answer) for answer in ask_all(asking, self.runtime, where=where)]
         except ClarificationTimeoutError:
@@ -433,6 +441,24 @@ class Settler:
             defaults = [Given(_default(d, "nobody answered in time"), True) for _, d in asking]
             record_defaults(asking, [g.answer for g in defaults], where)
             return defaults
+
+
+def _share(user_id: str, decisions: Sequence[ClarifyDecision], given: Sequence[Any]) -> None:
+    """Answer the other runs waiting on the same questions for the person (see sharing)."""
+    answers = {
+        str(decision.requirement): answer.answer
+        for decision, answer in zip(decisions, given, strict=True)
+        if decision.requirement and answer is not None and not answer.default
+    }
+    if not answers:
+        return
+    try:
+        resumed = share_answers(user_id, answers, current_flow_run_id())
+    except Exception as exc:  # a courtesy to other runs: this run has its answers already
+        get_run_logger().warning("Could not share the answers with other runs: %s", exc)
+        return
+    for run_id in resumed:
+        get_run_logger().info("Answered flow run %s too: it asked the same", run_id)
 
 
 def _decisions_json(made: Any) -> Any:
