@@ -21,12 +21,13 @@ def test_quickstart_asks_once_runs_each_tool_once_and_remembers() -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
-    assert "[paused] Which citation style should I use to format the references?" in out
+    question = "To format the references, which citation style would you like? APA, MLA or Chicago?"
+    assert f"[paused] {question}" in out
     assert "[ada answers] APA" in out
     assert (
         "tool calls: {'gather_sources': 1, 'draft': 1, 'format_references': 1, 'share': 1}" in out
     )
-    assert "format_references  final    asked 'Which citation style" in out
+    assert f"format_references  final    asked {question!r}: APA" in out
     assert "questions asked: none" in out
     assert out.count("[APA] Robertson 2009 (BM25)") == 2  # applied in both runs
     assert "'APA'" in out.split("persona memory now:")[1]

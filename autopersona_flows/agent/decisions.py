@@ -62,7 +62,9 @@ class Requirement(_Model):
             (they are then suggestions, and the form a text field).
         default: The value to run with if nobody answers in time (or the run's
             question budget is spent), when the run's ``on_timeout`` says so. Never
-            learned as the person's preference.
+            learned as the person's preference. The question's form preselects it.
+        example: An example answer, shown with a composed question whose answer is
+            free text ("vegetarian, no nuts"); the ``default`` is shown if not given.
     """
 
     name: NonBlank
@@ -76,6 +78,8 @@ class Requirement(_Model):
     ask: Literal["early", "at_node"] = "early"
     allow_other: bool = False
     default: NonBlank | None = None
+    # Left out while unset: requests hash into cache keys, which must not move.
+    example: Annotated[NonBlank | None, Field(exclude_if=lambda value: value is None)] = None
 
     def __init__(self, name: str | None = None, /, **data: Any) -> None:
         if name is not None:

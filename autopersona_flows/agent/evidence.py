@@ -11,10 +11,11 @@ decides what the person currently holds:
    now"), or a habit of later past tasks. If what holds says the preference no
    longer does, nothing answers and the person is asked.
 3. A required requirement nothing answers is asked about; the first one, with its
-   options. Otherwise the decision is final, with one constraint per answered
-   requirement, each saying where its value came from and why, and the guidance
-   the node should see: the standing constraints (allergies, access, hard budget
-   caps, legal limits) that apply to the node's work, and memories about it.
+   options, in a question `compose_question` words as a person would. Otherwise
+   the decision is final, with one constraint per answered requirement, each
+   saying where its value came from and why, and the guidance the node should
+   see: the standing constraints (allergies, access, hard budget caps, legal
+   limits) that apply to the node's work, and memories about it.
 """
 
 from __future__ import annotations
@@ -32,12 +33,14 @@ from autopersona_flows.agent.decisions import (
     ClarifyDecision,
     Constraint,
     FinalDecision,
+    NodeInfo,
     PersonaDecision,
     PersonaRequest,
     Requirement,
 )
 from autopersona_flows.agent.judges import Judge, Verdict
 from autopersona_flows.agent.planners import LEARNED, requirement_label
+from autopersona_flows.agent.questions import compose_question
 from autopersona_flows.agent.semantic import SemanticJudge
 from autopersona_flows.agent.standing import applies
 from autopersona_flows.errors import AutopersonaError, PolicyError
@@ -236,15 +239,7 @@ class EvidencePolicy:
     ) -> ClarifyDecision:
         earlier = [v.value for v in verdicts if v.kind == "choice" and v.value]
         options = requirement.options or list(dict.fromkeys(earlier))
-        if requirement.question:
-            question = requirement.question
-        else:
-            # Instructions are imperatives: "Which ... should I use to book the flight?"
-            what = (request.node.instruction if request.node else "").strip().rstrip(".")
-            where = f" to {what[0].lower()}{what[1:]}" if what else f" for {request.query!r}"
-            question = f"Which {requirement.name} should I use{where}?"
-            if options:
-                question += f" Options: {', '.join(options)}."
+        question = compose_question(requirement, request, options)
         # Name what memory holds that came close: "I have 'Chicago', which is none of
         # the options", "I have 'the aisle', but for work trips".
         close = max(
@@ -277,10 +272,15 @@ class EvidencePolicy:
 
         A memory about the work that a later change on its topic replaces is left
         out: "diet: vegetarian" guides no more once "diet: pescatarian now" is said.
+        An answer learned at another node is about this one only if its own work
+        (id, instruction) names its topic: the request is every node's, and "share
+        them" in it makes "sharing channel", asked at ``share``, no concern of
+        ``draft``.
         """
         node = request.node
         work = " ".join(part for part in (request.query, node.instruction if node else "") if part)
         about = content_roots(f"{work} {node.id if node else ''}".replace("-", " "))
+        own = content_roots(f"{node.instruction} {node.id}".replace("-", " ")) if node else about
         standing: dict[str, Constraint] = {}
         related: dict[str, Constraint] = {}
         superseded = _superseded(memories)
@@ -298,7 +298,9 @@ class EvidencePolicy:
                 _CONSTRAINT.search(text) and memory.score >= _RELEVANT and record.layer == "persona"
             ):
                 standing[record.id] = _guide(memory, "a standing constraint for this work")
-            elif record.id not in superseded and _about(record, about):
+            elif record.id not in superseded and _about(
+                record, own if _learned_elsewhere(record, node) else about
+            ):
                 related[record.id] = _guide(memory, "about this work")
         return [*standing.values(), *related.values()][: self.max_guidance]
 
@@ -456,6 +458,18 @@ def _superseded(memories: MemoryBundle) -> set[str]:
                 if record.at < changed.at and said & content_roots(other.preference)
             }
     return older
+
+
+def _learned_elsewhere(record: MemoryRecord, node: NodeInfo | None) -> bool:
+    """Whether a memory is a person's answer to a question another node asked."""
+    source = record.provenance
+    return (
+        node is not None
+        and source is not None
+        and source.kind == "clarification"
+        and source.node is not None
+        and source.node != node.id
+    )
 
 
 def _about(record: MemoryRecord, work: frozenset[str]) -> bool:

@@ -18,9 +18,11 @@ from prefect.input import RunInput, keyset_from_paused_state
 from prefect.logging import get_logger, get_run_logger
 from prefect.states import Paused, Suspended
 from pydantic import Field, ValidationError, create_model
+from pydantic.config import JsonDict
 
 from autopersona_flows import _json
-from autopersona_flows.agent.decisions import ClarifyDecision
+from autopersona_flows.agent.decisions import ClarifyDecision, Requirement
+from autopersona_flows.agent.questions import names_options
 from autopersona_flows.errors import ClarificationTimeoutError
 from autopersona_flows.flows._sync import blocking
 from autopersona_flows.flows.events import (
@@ -41,6 +43,7 @@ __all__ = [
     "artifact_markdown",
     "ask_all",
     "asked_question",
+    "choices_unsaid",
     "clarification_form",
     "clarification_key",
     "field_names",
@@ -150,8 +153,9 @@ def artifact_markdown(node_id: str, decision: ClarifyDecision, answer: str | Non
             ]
         )
     lines = [question_markdown(node_id, decision)]
-    if decision.options:
-        lines += ["", "Choices: " + ", ".join(decision.options)]
+    unsaid = choices_unsaid(decision)
+    if unsaid:
+        lines += ["", unsaid]
     lines += ["", "Waiting for an answer in this run's Resume dialog."]
     return "\n".join(lines)
 
@@ -166,13 +170,49 @@ class ClarificationForm(RunInput):
     answer: Any
 
 
+def _asked(decision: ClarifyDecision) -> Requirement | None:
+    """The requirement ``decision`` asks about, as its request declares it."""
+    request, wanted = decision.request, (decision.requirement or "").casefold()
+    return next(
+        (
+            r
+            for r in (request.requirements if request is not None else [])
+            if r.name.casefold() == wanted
+        ),
+        None,
+    )
+
+
 def allows_other(decision: ClarifyDecision) -> bool:
     """Whether the requirement asked about takes other words than its options."""
-    request, wanted = decision.request, (decision.requirement or "").casefold()
-    return any(
-        r.allow_other and r.name.casefold() == wanted
-        for r in (request.requirements if request is not None else [])
-    )
+    asked = _asked(decision)
+    return asked is not None and asked.allow_other
+
+
+def choices_unsaid(decision: ClarifyDecision) -> str:
+    """``"Choices: a, b."`` for a log line or text, unless the question names its options.
+
+    A composed question says them already ("Window or aisle?"); a question a
+    requirement declares may not.
+    """
+    if not decision.options or names_options(decision.question, decision.options):
+        return ""
+    return f"Choices: {', '.join(decision.options)}."
+
+
+def _answer_field(decision: ClarifyDecision, title: str) -> tuple[Any, Any]:
+    """The form field of ``decision``'s answer: its type, titled, with its default preselected.
+
+    The default is in the JSON schema only, as the dialog's initial value: the field
+    stays required, so an empty resume through the API is refused, never taken as
+    the default (which is not the person's answer until they submit it).
+    """
+    asked = _asked(decision)
+    default = asked.default if asked is not None else None
+    if default is not None and decision.options and not allows_other(decision):
+        default = default if default in decision.options else None
+    extra: JsonDict | None = {"default": default} if default is not None else None
+    return _answer_type(decision), Field(title=title, json_schema_extra=extra)
 
 
 def _answer_type(decision: ClarifyDecision) -> Any:
@@ -188,17 +228,20 @@ def clarification_form(decision: ClarifyDecision) -> type[ClarificationForm]:
     """The typed input the resume dialog renders: a required ``answer`` field.
 
     With options it is a choice (an enum in the form); without, text with something
-    other than whitespace in it. No default is given on purpose: if every field had
-    one, Prefect would accept an empty resume.
+    other than whitespace in it. The field never has a default of its own (if every
+    field had one, Prefect would accept an empty resume): a requirement's declared
+    default is only what the dialog starts with (see `_answer_field`).
     """
     # No description: the dialog prints it under the field, repeating the question.
     title = "Your answer"
-    if decision.options and allows_other(decision):
+    if (
+        decision.options
+        and allows_other(decision)
+        and not names_options(decision.question, decision.options)
+    ):
         title += f" ({', '.join(decision.options)}, or your own words)"
     return create_model(
-        "Clarification",
-        __base__=ClarificationForm,
-        answer=(_answer_type(decision), Field(title=title)),
+        "Clarification", __base__=ClarificationForm, answer=_answer_field(decision, title)
     )
 
 
@@ -230,7 +273,12 @@ def field_title(decision: ClarifyDecision) -> str:
     """
     listed = f" Options: {', '.join(decision.options)}."
     question = decision.question.removesuffix(listed) if decision.options else decision.question
-    if decision.options and allows_other(decision):  # a text field: say what it suggests
+    if (
+        decision.options
+        and allows_other(decision)
+        and not names_options(question, decision.options)
+    ):
+        # A text field: say what it suggests.
         return f"{question} ({', '.join(decision.options)}, or your own words)"
     return question
 
@@ -240,7 +288,7 @@ def questions_form(decisions: Sequence[ClarifyDecision]) -> type[RunInput]:
     if len(decisions) == 1:
         return clarification_form(decisions[0])
     fields: dict[str, Any] = {
-        name: (_answer_type(decision), Field(title=field_title(decision)))
+        name: _answer_field(decision, field_title(decision))
         for name, decision in zip(field_names(decisions), decisions, strict=True)
     }
     return create_model("Clarifications", __base__=RunInput, **fields)
@@ -417,7 +465,7 @@ def _show(
             "Waiting for an answer before %s: %s%s%s",
             one.step,
             decision.question,
-            f" Choices: {', '.join(decision.options)}." if decision.options else "",
+            f" {choices_unsaid(decision)}" if choices_unsaid(decision) else "",
             f" Answer it in the Resume dialog: {where_url}" if where_url else "",
         )
     emit_clarification_requested(asked, user_id)

@@ -31,6 +31,8 @@ from prefect.context import FlowRunContext
 from prefect.events import Event, emit_event
 from pydantic import BaseModel, ConfigDict
 
+from autopersona_flows.agent.questions import names_options
+
 __all__ = [
     "CLARIFICATION_ANSWERED",
     "CLARIFICATION_REQUESTED",
@@ -98,7 +100,9 @@ def flow_run_url(flow_run_id: UUID | str) -> str:
 
 
 def _choices(question: AskedQuestion) -> str:
-    return f" (choose one of: {', '.join(question.options)})" if question.options else ""
+    if not question.options or names_options(question.question, question.options):
+        return ""  # none, or the question names them already ("Window or aisle?")
+    return f" (choose one of: {', '.join(question.options)})"
 
 
 def _message(questions: Sequence[AskedQuestion], url: str, answers: Sequence[str] | None) -> str:

@@ -312,8 +312,8 @@ def answering(
     this order of preference) the question's text, its form field or the
     requirement name the field was made from (``"citation style"`` for
     ``citation_style``), or else the longest key found in the question's text,
-    ignoring case (``"citation style"`` in ``"Which citation style should I
-    use?"``). With a function, its return value is the answer.
+    ignoring case (``"citation style"`` in ``"Which citation style would you
+    like? APA or MLA?"``). With a function, its return value is the answer.
 
     An answer of ``None`` leaves the question unanswered on purpose: the run waits
     for its ``pause_timeout``, as when nobody answers (to test ``on_timeout``). A

@@ -16,6 +16,7 @@ from autopersona_flows.agent.decisions import (
     PersonaRequest,
     Requirement,
 )
+from autopersona_flows.agent.questions import compose_question
 from autopersona_flows.errors import PolicyError
 from autopersona_flows.memory.records import PersonaMemory
 from autopersona_flows.memory.retrieval import MemoryBundle
@@ -41,8 +42,8 @@ class Clarify:
     Attributes:
         requirement: What to ask about. Inside a node's mapping of requirement
             values, leave it out: the key names it.
-        question: The question; the requirement's own, or ``"Which <requirement>
-            should I use?"`` if not given.
+        question: The question; the requirement's own, or one `compose_question`
+            words from it (and the node's instruction) if not given.
         options: The suggested answers; the requirement's declared options if not given.
     """
 
@@ -216,7 +217,7 @@ def _decision(script: _Script, request: PersonaRequest, memories: MemoryBundle) 
             continue
         learned = _answer_in(memories, name)
         if learned is None:
-            return _question(name, value, declared.get(name))
+            return _question(name, value, declared.get(name), request)
         memory_id, preference = learned
         constraints.append(_constraint(name, preference, memory_id, "the person's answer"))
     return FinalDecision(guidance=script.guidance, constraints=constraints)
@@ -235,18 +236,18 @@ def _constraint(name: str, value: str, memory_id: str, reason: str) -> Constrain
     )
 
 
-def _question(name: str, clarify: Clarify, declared: Requirement | None) -> ClarifyDecision:
-    question = clarify.question or (declared.question if declared else None)
+def _question(
+    name: str, clarify: Clarify, declared: Requirement | None, request: PersonaRequest
+) -> ClarifyDecision:
     options = (
         clarify.options
         if clarify.options is not None
         else (tuple(declared.options) if declared else ())
     )
-    return ClarifyDecision(
-        question=question or f"Which {name} should I use?",
-        requirement=name,
-        options=list(options),
+    question = clarify.question or compose_question(
+        declared or Requirement(name), request, list(options)
     )
+    return ClarifyDecision(question=question, requirement=name, options=list(options))
 
 
 def _answer_in(memories: MemoryBundle, requirement: str) -> tuple[str, str] | None:

@@ -182,6 +182,41 @@ def test_guidance_drops_what_a_later_change_replaced_and_keeps_what_still_holds(
     assert "vegetarian dinners" not in shown  # replaced by the announced change
 
 
+def test_an_answer_given_at_one_node_guides_only_nodes_whose_own_work_it_concerns(
+    store: JsonlMemoryStore,
+) -> None:
+    query = "Summarise the retrieval papers and share them"  # every node's request
+    agent = PersonaAgent(MemoryRetriever(store))
+
+    def decide(node: str, instruction: str, *requirements: Requirement) -> PersonaRequest:
+        return PersonaRequest(
+            user_id="ada",
+            query=query,
+            node=NodeInfo(id=node, instruction=instruction),
+            requirements=list(requirements),
+        )
+
+    channel = Requirement("sharing channel")
+    asked = agent.decide(decide("share", "Share the summary with the group", channel))
+    assert isinstance(asked, ClarifyDecision)
+    agent.learn("ada", asked, "email the reading group")
+
+    def shown(request: PersonaRequest) -> str:
+        decision = agent.decide(request)
+        assert isinstance(decision, FinalDecision)
+        return " ".join(c.text for c in decision.constraints)
+
+    assert "reading group" in shown(decide("share", "Share the summary with the group", channel))
+    # "share them" in the request is no reason: drafting is not sharing.
+    assert "reading group" not in shown(decide("draft", "Draft the summary"))
+    assert "reading group" not in shown(decide("gather_sources", "Find the papers"))
+    # A node whose own work is sharing is guided by it, asked there or not.
+    assert "reading group" in shown(decide("post_notes", "Share the notes on the wiki"))
+    # What the person said themselves still reaches any node whose request it concerns.
+    remember(store, "ada", PersonaMemory(topic="retrieval papers", preference="cite arXiv"))
+    assert "cite arXiv" in shown(decide("draft", "Draft the summary"))
+
+
 def test_a_standing_constraint_is_shown_even_when_a_later_change_shares_its_topic(
     store: JsonlMemoryStore,
 ) -> None:

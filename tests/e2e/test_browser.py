@@ -41,8 +41,8 @@ FLAGS = [
     "--disable-sync",
 ]
 USER = "grace"  # no history: both requirements of the graph are missing
-STYLE = "Which citation style should I use to format the references?"
-CHANNEL = "Which sharing channel should I use to share the summary with the group?"
+STYLE = "To format the references, which citation style would you like? APA, MLA or Chicago?"
+CHANNEL = "What sharing channel would you like?"
 ANSWER = "Post it in the #reading-group channel"
 
 pytestmark = [

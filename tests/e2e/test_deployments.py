@@ -70,8 +70,8 @@ def test_a_ui_run_suspends_asks_rejects_a_bad_answer_and_resumes_without_repeati
     # The question, as the resume dialog shows it: the run input's description ...
     (waiting,) = [p for p in pending_clarifications() if p.flow_run_id == run_id]
     assert waiting.state == "Suspended"
-    assert waiting.question.startswith(
-        "Which citation style should I use to format the references?"
+    assert waiting.question == (
+        "To format the references, which citation style would you like? APA, MLA or Chicago?"
     )
     assert waiting.options == ["APA", "MLA", "Chicago"]
     keyset = run.state.state_details.run_input_keyset

@@ -75,7 +75,7 @@ def test_pending_questions_are_listed_and_answered(prefect_harness, kit) -> None
         if "error" in seen:  # the cause of a timed-out run, so raised instead of it
             raise seen["error"]
     waiting = seen["pending"]
-    assert waiting.question.startswith("Which seat should I use for 'Book my flight'?")
+    assert waiting.question == "To book your flight, which seat would you like? Window or aisle?"
     assert waiting.options == ["window", "aisle"]
     assert waiting.key.startswith("clarify-book-flight-")
     assert waiting.state == "Paused"

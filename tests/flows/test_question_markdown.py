@@ -108,11 +108,13 @@ def test_each_memory_is_listed_once_closest_first_and_near_zero_ones_not_at_all(
     assert "memory" not in question_markdown("book_flight", seat_question(found(faint, 0.02)))
 
 
-def test_the_artifact_lists_the_choices_then_says_what_was_answered() -> None:
+def test_the_artifact_names_the_choices_once_then_says_what_was_answered() -> None:
     decision = seat_question(instruction="Book the flight")
     waiting = artifact_markdown("book_flight", decision)
-    assert "Choices: aisle, window" in waiting
+    assert "Choices" not in waiting  # "Aisle or window?" names them already
     assert "needs an answer" not in waiting
+    declared = decision.model_copy(update={"question": "Where would you like to sit?"})
+    assert "Choices: aisle, window." in artifact_markdown("book_flight", declared)
     answered = artifact_markdown("book_flight", decision, "aisle")
     assert "Answered before: Book the flight" in answered
     assert "Answer: **aisle**" in answered
@@ -160,7 +162,11 @@ def test_a_requirement_allowing_other_words_takes_text_beside_its_suggested_opti
     jsonschema.validate({"answer": "aisle"}, schema)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"answer": "  "}, schema)
-    assert (
-        schema["properties"]["answer"]["title"] == "Your answer (aisle, window, or your own words)"
-    )
-    assert field_title(open_) == f"{QUESTION} (aisle, window, or your own words)"
+    # The question names the suggestions ("Aisle or window?"): neither label repeats them.
+    assert schema["properties"]["answer"]["title"] == "Your answer"
+    assert field_title(open_) == QUESTION
+    # One that does not name them: the label says what the text field suggests.
+    unnamed = open_.model_copy(update={"question": "Where would you like to sit?"})
+    title = clarification_form(unnamed).model_json_schema()["properties"]["answer"]["title"]
+    assert title == "Your answer (aisle, window, or your own words)"
+    assert field_title(unnamed) == "Where would you like to sit? (aisle, window, or your own words)"

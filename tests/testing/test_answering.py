@@ -125,8 +125,8 @@ def test_scripted_questions_are_asked_once_and_remembered_by_the_next_episode(
             )
             assert result["outputs"]["share"] == {"sharing channel": "email"}
     assert person.questions == [
-        "Which citation style should I use?",
-        "Which sharing channel should I use?",
+        "To finish your paper, which citation style would you like? APA or MLA?",
+        "To finish your paper, what sharing channel would you like?",
     ]
     assert tool.counts() == {"fetch": 2, "draft": 2, "share": 2}  # a new episode runs again
     assert [c.requirements for c in tool.calls if c.node_id == "draft"] == [

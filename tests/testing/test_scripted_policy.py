@@ -60,7 +60,7 @@ def test_clarify_asks_until_memory_holds_the_answer(agent) -> None:
     asked = persona.decide(request("draft", CITATION, SIZE))
     assert isinstance(asked, ClarifyDecision)
     assert (asked.question, asked.requirement, asked.options) == (
-        "Which citation style should I use?",
+        "To finish your paper, which citation style would you like? APA or MLA?",
         "citation style",
         ["APA", "MLA"],  # the requirement's declared options
     )
