@@ -16,7 +16,7 @@ from prefect.exceptions import FlowPauseTimeout
 from prefect.flow_runs import pause_flow_run, suspend_flow_run
 from prefect.input import RunInput, keyset_from_paused_state
 from prefect.logging import get_logger, get_run_logger
-from prefect.states import Paused, Suspended
+from prefect.states import Paused, Running, Suspended
 from pydantic import Field, ValidationError, create_model
 from pydantic.config import JsonDict
 
@@ -32,6 +32,7 @@ from autopersona_flows.flows.events import (
     flow_run_url,
 )
 from autopersona_flows.flows.runtime import PersonaRuntime
+from autopersona_flows.flows.waiting import WaitingNote, answer_command, waiting_for_answer
 from autopersona_flows.memory.records import PersonaMemory
 from autopersona_flows.memory.retrieval import ScoredMemory
 from autopersona_flows.memory.text import memory_text
@@ -410,8 +411,12 @@ def ask_all(
     if not fired:  # a resumed run passes here again; its question is already shown
         _show(questions, asked, key, context, user_id)
     form = questions_form(decisions).with_initial_data(description=_dialog(questions))
+    run_id = context.flow_run.id if context is not None and context.flow_run else None
+    note = WaitingNote(user_id=user_id, nodes=[q.node for q in asked], steps=[q.step for q in asked])
     try:
-        answer = _wait(form, runtime, key)
+        # Those who answer see whom it asks, and whether its process still waits.
+        with waiting_for_answer(run_id, key, note, paused=not _suspends(runtime)):
+            answer = _wait(form, runtime, key)
     except FlowPauseTimeout:
         raise ClarificationTimeoutError(
             f"nobody answered {_listed(decisions)!r} (before "
@@ -468,6 +473,15 @@ def _show(
             f" {choices_unsaid(decision)}" if choices_unsaid(decision) else "",
             f" Answer it in the Resume dialog: {where_url}" if where_url else "",
         )
+    if context is not None and context.flow_run is not None:
+        fields = zip(field_names(decisions), decisions, strict=True)
+        _logger(context).info(
+            "Or answer from a shell: %s",
+            answer_command(
+                context.flow_run.id,
+                [(name, [] if allows_other(d) else d.options) for name, d in fields],
+            ),
+        )
     emit_clarification_requested(asked, user_id)
 
 
@@ -488,6 +502,12 @@ def _wait(form: Any, runtime: PersonaRuntime, key: str) -> Any:
         poll_interval=cast("int", runtime.poll_interval),
         key=key,
     )
+
+
+def running_again(flow_run_id: UUID) -> None:
+    """Set a run whose pause timed out back to Running, to go on without an answer."""
+    with get_client(sync_client=True) as client:
+        client.set_flow_run_state(flow_run_id, Running(), force=True)
 
 
 def record_defaults(

@@ -215,8 +215,10 @@ class PersonaTask(Generic[P, R]):
         and for ``submitted`` (the elements of a ``.map()`` before this one).
         """
         plan = self._plan(settler, element)
-        in_flight = settler.runtime.in_flight.of(current_flow_run_id())
-        settled = settler.settle(plan, in_flight=[*in_flight, *submitted])
+        run_id = current_flow_run_id()
+        with settler.runtime.in_flight.settling(run_id):
+            in_flight = settler.runtime.in_flight.of(run_id)
+            settled = settler.settle(plan, in_flight=[*in_flight, *submitted])
         return {
             "episode_id": settler.episode_id,
             "node_id": self.node.id,

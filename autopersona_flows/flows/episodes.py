@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, NamedTuple
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from prefect.filesystems import LocalFileSystem, WritableFileSystem
 from prefect.results import ResultStore, get_default_result_storage
@@ -106,7 +106,7 @@ class EpisodeAnswers:
     def asking(self, node_id: str, user_id: str, decision: ClarifyDecision, asking: Asking) -> None:
         """Note, before it waits, that a run asks this question (see the class docstring)."""
         key = self._key("asking", node_id, user_id, decision)
-        holder = str(asking.flow_run_id)
+        holder = uuid4().hex  # a run's threads asking at once must exclude each other too
         # Two runs of the episode asking at once must not each write the list without
         # the other: a run missing from it could never have its answer read back.
         self._locks.acquire_lock(key, holder)

@@ -49,6 +49,20 @@ class InFlight:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._runs: dict[UUID, list[PrefectFuture[Any]]] = {}
+        self._settling: dict[UUID, threading.RLock] = {}
+
+    @contextlib.contextmanager
+    def settling(self, flow_run_id: UUID) -> Iterator[None]:
+        """Settle one persona task of ``flow_run_id`` at a time.
+
+        Async persona tasks awaited together (``asyncio.gather``) run their pre-hooks
+        in threads at once; a run waits on one form at a time, so the second asks
+        once the first has its answer (and may find it needs none).
+        """
+        with self._lock:
+            lock = self._settling.setdefault(flow_run_id, threading.RLock())
+        with lock:
+            yield
 
     def add(self, flow_run_id: UUID, futures: Sequence[PrefectFuture[Any]]) -> None:
         """Note ``futures`` as submitted by ``flow_run_id`` (and forget what finished)."""
@@ -57,6 +71,7 @@ class InFlight:
                 self._runs[run_id] = [f for f in self._runs[run_id] if not _done(f)]
                 if not self._runs[run_id] and run_id != flow_run_id:
                     del self._runs[run_id]
+                    self._settling.pop(run_id, None)
             self._runs.setdefault(flow_run_id, []).extend(futures)
 
     def of(self, flow_run_id: UUID) -> list[PrefectFuture[Any]]:

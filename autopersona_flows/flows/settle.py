@@ -51,6 +51,7 @@ from autopersona_flows.flows.clarification import (
     record_answered,
     record_defaults,
     response_key,
+    running_again,
 )
 from autopersona_flows.flows.context import AnsweredQuestion
 from autopersona_flows.flows.episodes import Asking, EpisodeAnswers, Given, result_store
@@ -230,9 +231,7 @@ class Settler:
             decision = self.kept(
                 "decide", plan.node.id, inputs, lambda: self._decide(plan.request), retries
             )
-            if isinstance(decision, FinalDecision) or any(
-                a.question == decision.question for a in answers
-            ):
+            if isinstance(decision, FinalDecision) or _answered(decision, answers):
                 return Settled(decision, answers, operations)
             if not asks:
                 self.unasked(plan.node.id, decision)
@@ -423,6 +422,9 @@ class Settler:
         """Ask ``asking`` in one form, noting first who asks (see `EpisodeAnswers`)."""
         self.counter.asked(len(asking))
         wait(list(in_flight))  # nothing runs while we wait, so a suspend loses no work
+        for future in in_flight:
+            if future.state.is_failed():  # the run fails anyway: ask nobody for it
+                future.result()
         pause_key = form_key(asking, where)
         key = response_key(pause_key, self.runtime)
         run_id = current_flow_run_id()
@@ -438,9 +440,25 @@ class Settler:
         except ClarificationTimeoutError:
             if self.runtime.on_timeout != "default":
                 raise
+            # The server still has the run waiting on this form: it would refuse the
+            # next pause and list the question as pending while the tools run.
+            running_again(run_id)
             defaults = [Given(_default(d, "nobody answered in time"), True) for _, d in asking]
             record_defaults(asking, [g.answer for g in defaults], where)
             return defaults
+
+
+def _answered(decision: ClarifyDecision, answers: Sequence[AnsweredQuestion]) -> bool:
+    """Whether ``decision`` asks what ``answers`` answer: the same question or requirement.
+
+    A question is worded for its node, so the same requirement asked at another
+    node reads differently; a default (never learned) would otherwise be asked again.
+    """
+    wanted = (decision.requirement or "").casefold()
+    return any(
+        a.question == decision.question or (wanted and (a.requirement or "").casefold() == wanted)
+        for a in answers
+    )
 
 
 def _share(user_id: str, decisions: Sequence[ClarifyDecision], given: Sequence[Any]) -> None:

@@ -123,3 +123,35 @@ def test_past_the_question_budget_a_default_is_used_and_without_one_nothing_runs
         )
     assert kit.calls == {}
     assert pending_clarifications() == []
+
+
+def test_after_a_default_the_run_is_running_again_and_asks_its_next_question(kit) -> None:
+    at_node = Requirement("paper size", options=["A4", "Letter"], default="A4", ask="at_node")
+    two = TaskGraph(
+        [
+            TaskNode(
+                id="cite", instruction="Format the citations", tool=kit.record, requires=[CITATION]
+            ),
+            TaskNode(
+                id="refs",
+                instruction="Write the bibliography",
+                tool=kit.record,
+                requires=[CITATION],
+                depends_on=["cite"],
+            ),
+            TaskNode(
+                id="print",
+                instruction="Print the paper",
+                tool=kit.record,
+                requires=[at_node],
+                depends_on=["refs"],
+            ),
+        ]
+    )
+    result = run_persona_graph(two, USER, QUERY, agent=kit.agent, on_timeout="default", **QUICK)
+    assert kit.calls == {"cite": 1, "refs": 1, "print": 1}
+    assert result["outputs"]["refs"]["answer"] == "APA"
+    assert result["outputs"]["print"]["answer"] == "A4"
+    # The defaulted citation style is not asked again at `refs`: two waits, not three.
+    assert result["metrics"]["clarifications"] == 2
+    assert pending_clarifications() == []

@@ -15,6 +15,7 @@ from autopersona_flows.agent import PersonaAgent, Requirement
 from autopersona_flows.errors import FlowConfigurationError, NodeOutputError
 from autopersona_flows.flows import NodeContext, answer_clarification, persona_runtime, persona_task
 from autopersona_flows.memory import PersonaMemory
+from autopersona_flows.testing import answering as a_person_answering
 
 CALLS: Counter[str] = Counter()
 SEEN: list[NodeContext] = []
@@ -311,3 +312,36 @@ def test_futures_and_states_are_resolved_as_prefect_resolves_them(
     )
     assert CALLS["join"] == 2  # the bad one never reached the function
     assert settled_task_run(result["bad run"]).run_count == 1  # ours: never retried
+
+
+@persona_task(requires=[Requirement("paper size", options=["A4", "Letter"])])
+async def print_paper(context: NodeContext, text: str) -> str:
+    """Print the paper."""
+    CALLS["print_paper"] += 1
+    return str(context.requirement("paper size").value)
+
+
+@persona_task(requires=[Requirement("citation style", options=["APA", "MLA"])])
+async def cite_async(context: NodeContext, references: list[str]) -> str:
+    """Format the references."""
+    CALLS["cite_async"] += 1
+    return str(context.requirement("citation style").value)
+
+
+@flow
+async def cite_and_print(agent: Any) -> list[str]:
+    with persona_runtime(
+        agent, user_id="ada", query="Write my paper", poll_interval=0.2, pause_timeout=60
+    ):
+        return list(await asyncio.gather(cite_async(["Knuth 1984"]), print_paper("the text")))
+
+
+@pytest.mark.filterwarnings("ignore:unclosed:ResourceWarning")
+def test_async_persona_tasks_awaited_together_ask_one_after_the_other(
+    prefect_harness, kit, run_async
+) -> None:
+    with a_person_answering({"citation style": "MLA", "paper size": "A4"}) as person:
+        assert run_async(cite_and_print(kit.agent)) == ["MLA", "A4"]
+    assert sorted(q.answer for q in person.asked) == ["A4", "MLA"]
+    assert len({q.key for q in person.asked}) == 2  # two forms, one at a time
+    assert CALLS == {"cite_async": 1, "print_paper": 1}

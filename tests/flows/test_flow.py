@@ -40,6 +40,7 @@ from autopersona_flows.flows import (
     PendingClarification,
     TaskGraph,
     TaskNode,
+    answer_clarification,
     arun_persona_graph,
     persona_graph,
     persona_runtime,
@@ -642,3 +643,28 @@ def test_a_policy_breaking_its_promise_fails_the_node_before_its_tool(kit) -> No
     # Decided in the flow body, the node fails before its run task (and its retries)
     # exists: the tool never ran.
     assert kit.calls == {}
+
+
+def test_nobody_is_asked_for_a_run_whose_work_in_flight_already_failed(
+    prefect_harness, kit, watch_for_pause
+) -> None:
+    size = Requirement("paper size", options=["A4", "Letter"], ask="at_node")
+    graph = TaskGraph(
+        [
+            TaskNode(id="fetch", tool=kit.failing),
+            TaskNode(id="print", instruction="Print the paper", tool=kit.record, requires=[size]),
+        ]
+    )
+    asked: list[str] = []
+    watch_for_pause(
+        lambda waiting: (
+            asked.append(waiting.question),
+            answer_clarification(waiting.flow_run_id, "A4"),
+        )
+    )
+    with pytest.raises(RuntimeError, match="tool of fetch exploded"):
+        run_persona_graph(
+            graph, "ada", "Print", agent=kit.agent, poll_interval=0.2, pause_timeout=30
+        )
+    assert asked == []
+    assert "print" not in kit.calls
