@@ -405,10 +405,12 @@ class Settler:
             asked = self._asked(asking, answers, user_id, in_flight, where)
             for n, answer in zip(missing[:room], asked, strict=True):
                 given[n] = answer
-            _share(user_id, [decision for _, decision in asking], asked)
         for n in missing:
             node_id, decision = questions[n]
             answers.keep(node_id, user_id, decision, cast(Given, given[n]))
+        if asking:  # once kept: sharing is a courtesy that must not cost this run its answers
+            shared = missing[:room]
+            _share(user_id, [questions[n][1] for n in shared], [given[n] for n in shared])
         return [answer for answer in given if answer is not None]
 
     def _asked(
@@ -434,7 +436,10 @@ class Settler:
             answers.asking(node_id, user_id, decision, note)
         requirements = {f: d.requirement for f, (_, d) in zip(fields, asking, strict=True)}
         if all(requirements.values()):  # what another run's answers may answer (see sharing)
-            note_asking(run_id, pause_key, user_id, cast(dict[str, str], requirements))
+            try:
+                note_asking(run_id, pause_key, user_id, cast(dict[str, str], requirements))
+            except Exception as exc:  # sharing is a courtesy: the question is asked anyway
+                get_run_logger().warning("Could not note the question for other runs: %s", exc)
         try:
             return [Given(answer) for answer in ask_all(asking, self.runtime, where=where)]
         except ClarificationTimeoutError:

@@ -16,7 +16,7 @@ answered first answers both.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from uuid import UUID
 
 import httpx
@@ -36,6 +36,7 @@ from autopersona_flows import _json
 __all__ = ["note_asking", "share_answers"]
 
 _PREFIX = "autopersona-asking-"
+_PAGE = 200
 
 
 def _note_key(pause_key: str) -> str:
@@ -81,7 +82,7 @@ def share_answers(user_id: str, answers: Mapping[str, str], answered_run: UUID) 
     )
     resumed = []
     with get_client(sync_client=True) as client:
-        for run in client.read_flow_runs(flow_run_filter=waiting):
+        for run in _all_runs(client, waiting):
             if run.id == answered_run:
                 continue
             run_input = _covered(client, run, user_id, given)
@@ -96,6 +97,14 @@ def share_answers(user_id: str, answers: Mapping[str, str], answered_run: UUID) 
                 continue
             resumed.append(run.id)
     return resumed
+
+
+def _all_runs(client: SyncPrefectClient, runs: FlowRunFilter) -> Iterator[FlowRun]:
+    """Every run ``runs`` selects, a page at a time (the API returns 200 at most)."""
+    offset = 0
+    while page := client.read_flow_runs(flow_run_filter=runs, offset=offset, limit=_PAGE):
+        yield from page
+        offset += len(page)
 
 
 def _covered(
@@ -113,9 +122,10 @@ def _covered(
         raise
     except ValueError:
         return None
-    requirements = note.get("requirements") if isinstance(note, dict) else None
-    if note.get("user_id") != user_id or not isinstance(requirements, dict):
+    mine = isinstance(note, dict) and note.get("user_id") == user_id
+    requirements = note.get("requirements") if mine else None
+    if not requirements or not isinstance(requirements, dict):
         return None
-    if not requirements or any(name not in given for name in requirements.values()):
+    if any(name not in given for name in requirements.values()):
         return None
     return {field: given[name] for field, name in requirements.items()}
