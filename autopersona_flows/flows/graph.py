@@ -8,26 +8,40 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    GetJsonSchemaHandler,
+    field_validator,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 from autopersona_flows.agent.decisions import Requirement
 from autopersona_flows.errors import GraphError
 from autopersona_flows.flows.options import DEFAULT_TASK_OPTIONS, PersonaTaskOptions
+from autopersona_flows.flows.settings import load_settings
 
 __all__ = ["GraphSpec", "NodeSpec", "TaskGraph", "TaskNode", "resolve_tool"]
 
 _CYCLE_SHOWN = 10  # nodes of a cycle an error names; a generated graph's may have thousands
+# ASCII classes rather than \w, and no \Z: these patterns also go into the run form's
+# JSON schema, which the UI checks in ECMA regex and the server in Python's. Python
+# code matches them with fullmatch, as `$` alone would let a trailing newline through.
 _NODE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
-# ASCII classes rather than \w: the same pattern goes into the run form's JSON schema,
-# which the server checks with its own (ECMA) regex dialect.
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+_MODULE = re.compile(rf"{_NAME}(?:\.{_NAME})*")
 _IMPORT_PATH = re.compile(rf"^{_NAME}(?:\.{_NAME})*:{_NAME}$")
 _ATTRIBUTE_PATH = re.compile(rf"^{_NAME}(?:\.{_NAME})*:{_NAME}(?:\.{_NAME})+$")
 _Seconds = Annotated[float, Field(ge=0)]
+_TOOL_MODULES = "PREFECT_INTEGRATIONS_AUTOPERSONA_TOOL_MODULES"
 
 
-def _node_id(value: str) -> str:
-    if not _NODE_ID.match(value):
+def _node_id(value: Any) -> Any:
+    if isinstance(value, str) and not _NODE_ID.fullmatch(value):
         raise ValueError(
             f"node id {value!r} must start with a letter or digit and hold only letters, "
             "digits, '_', '.' and '-' (at most 100 characters)"
@@ -35,11 +49,16 @@ def _node_id(value: str) -> str:
     return value
 
 
+# The pattern goes into the run form's schema; the before-validator, which wraps it,
+# runs first to say what is wrong in words.
+_NodeId = Annotated[str, Field(pattern=_NODE_ID.pattern), BeforeValidator(_node_id)]
+
+
 def _import_path_problem(path: str) -> str | None:
     """Why ``path`` is not ``"package.module:function"``, or None if it is."""
-    if _IMPORT_PATH.match(path):
+    if _IMPORT_PATH.fullmatch(path):
         return None
-    if _ATTRIBUTE_PATH.match(path):
+    if _ATTRIBUTE_PATH.fullmatch(path):
         # getattr along a dotted path leaves the module: 'json:codecs.sys.exit' is
         # sys.exit, reached through the modules json imports.
         return (
@@ -148,10 +167,10 @@ class TaskNode(BaseModel):
 
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
-    id: Annotated[str, AfterValidator(_node_id)]
+    id: _NodeId
     instruction: str = ""
     tool: Annotated[Any, AfterValidator(_tool)]
-    depends_on: list[str] = Field(default_factory=list)
+    depends_on: list[_NodeId] = Field(default_factory=list, json_schema_extra={"uniqueItems": True})
     requires: list[Requirement] = Field(default_factory=list)
     retries: Annotated[int, Field(ge=0)] = 0
     retry_delay_seconds: _Seconds | Annotated[list[_Seconds], Field(max_length=50)] | None = None
@@ -177,6 +196,38 @@ class TaskNode(BaseModel):
         return DEFAULT_TASK_OPTIONS | options
 
 
+def _allowed_modules() -> list[str] | None:
+    """The modules the settings allow tools from (see `AutopersonaSettings`); None: any."""
+    modules = load_settings().tool_modules
+    if modules is None:
+        return None
+    return [name.strip() for name in modules.split(",") if name.strip()]
+
+
+class _AllowedToolsPattern:
+    """Narrows a tool's pattern in the run form's schema to the allowed tool modules.
+
+    Read when the schema is written, which for a deployment is ``prefect deploy``:
+    its environment decides; without ``TOOL_MODULES`` there, any module's path passes
+    the form and the worker's own setting refuses it when the run starts.
+    """
+
+    def __get_pydantic_json_schema__(
+        self, core_schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        schema = handler(core_schema)
+        modules = _allowed_modules()
+        if modules is not None:
+            # A name that is no module cannot match a path; (?!) matches nothing.
+            names = [name.replace(".", r"\.") for name in modules if _MODULE.fullmatch(name)]
+            schema["pattern"] = rf"^(?:{'|'.join(names) or '(?!)'})(?:\.{_NAME})*:{_NAME}$"
+            schema["description"] = (
+                f"'package.module:function', from {', '.join(modules) or 'no module'} "
+                "or a submodule (the tool modules of this deployment)"
+            )
+        return schema
+
+
 class NodeSpec(TaskNode):
     """A `TaskNode` whose tool is an import path, so the node is plain data.
 
@@ -184,32 +235,53 @@ class NodeSpec(TaskNode):
         tool: ``"package.module:function"``, importable where the run executes.
     """
 
-    # The pattern goes into the run form's schema, which the server checks too; the
-    # before-validator, which wraps it, runs first to say what is wrong in words.
     tool: Annotated[
         str,
         Field(pattern=_IMPORT_PATH.pattern, examples=["examples.paper_tools:draft"]),
-        BeforeValidator(_tool_path),
+        BeforeValidator(_tool_path),  # says what is wrong in words, before the pattern does
+        _AllowedToolsPattern(),
     ]
 
 
 class GraphSpec(BaseModel):
     """A task graph as data: the typed form a deployment's run takes.
 
+    Built, it is a well-formed graph whose tools come from the allowed modules
+    (``PREFECT_INTEGRATIONS_AUTOPERSONA_TOOL_MODULES`` where it is built, i.e. the
+    worker for a deployment's run), so a malformed graph fails Prefect's parameter
+    check when a run starts, before any code of the run. The run form's JSON schema
+    says what a schema can (node id and tool patterns, tools from the allowed modules
+    where ``prefect deploy`` runs, no repeated dependency); a cycle, an unknown
+    dependency or a repeated node id it cannot.
+
     Attributes:
         nodes: The nodes, in declaration order.
+
+    Raises:
+        pydantic.ValidationError: On a malformed node, a tool outside the allowed
+            modules (named without importing it), a duplicate id, a dependency on an
+            unknown node or on itself, or a cycle; the message names the nodes.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     nodes: list[NodeSpec] = Field(min_length=1)
 
-    def to_graph(self) -> TaskGraph:
-        """The checked graph.
+    @field_validator("nodes")
+    @classmethod
+    def _well_formed(cls, nodes: list[NodeSpec]) -> list[NodeSpec]:
+        settings = load_settings()
+        for node in nodes:
+            if not settings.allows_tool(node.tool):  # by name: nothing is imported
+                raise ValueError(
+                    f"node {node.id!r} names tool {node.tool!r}, outside the allowed modules "
+                    f"{settings.tool_modules!r} ({_TOOL_MODULES})"
+                )
+        TaskGraph(nodes)  # its GraphError is a ValueError, reported as pydantic's
+        return nodes
 
-        Raises:
-            GraphError: As `TaskGraph` does (duplicates, unknown nodes, cycles).
-        """
+    def to_graph(self) -> TaskGraph:
+        """The checked graph."""
         return TaskGraph(self.nodes)
 
 

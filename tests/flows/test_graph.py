@@ -7,12 +7,14 @@ import sys
 from collections.abc import Callable
 
 import pytest
+from prefect.utilities.callables import parameter_schema
+from prefect.utilities.schema_tools import validate
 from pydantic import ValidationError
 
 from autopersona_flows.agent import Requirement
 from autopersona_flows.errors import GraphError
-from autopersona_flows.flows import AutopersonaSettings
-from autopersona_flows.flows.graph import NodeSpec, TaskGraph, TaskNode, resolve_tool
+from autopersona_flows.flows import AutopersonaSettings, graph_runner
+from autopersona_flows.flows.graph import GraphSpec, NodeSpec, TaskGraph, TaskNode, resolve_tool
 
 
 def tool(**_: object) -> str:
@@ -196,3 +198,112 @@ def test_an_allow_list_refuses_a_function_only_imported_into_an_allowed_module(
         resolve_tool(f"{tool_modules.allowed}:record") is sys.modules[tool_modules.forbidden].record
     )
     assert tool_modules.forbidden_calls() == []
+
+
+# --------------------------------------------------------------------------- GraphSpec
+
+TOOL_MODULES = "PREFECT_INTEGRATIONS_AUTOPERSONA_TOOL_MODULES"
+GATHER = "examples.reading_group:gather_sources"
+
+
+def spec_node(node_id: str, *depends_on: str, tool: str = GATHER) -> dict[str, object]:
+    return {"id": node_id, "tool": tool, "depends_on": list(depends_on)}
+
+
+@pytest.fixture
+def allow_examples(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tools from the example modules only, as the reading-group deployment's worker has."""
+    monkeypatch.setenv(TOOL_MODULES, "examples")
+
+
+@pytest.mark.parametrize(
+    ("nodes", "message"),
+    [
+        (
+            [spec_node("a", "b"), spec_node("b", "a")],
+            "the graph has a cycle through 'a' -> 'b' -> 'a'; 2 nodes in all",
+        ),
+        ([spec_node("a", "ghost")], "node 'a' depends on unknown node 'ghost'"),
+        ([spec_node("a"), spec_node("a")], "node id 'a' is used twice"),
+        ([spec_node("a", "a")], "node 'a' depends on itself"),
+    ],
+)
+def test_a_graph_spec_refuses_a_malformed_graph_when_it_is_built(nodes, message) -> None:
+    with pytest.raises(ValidationError, match=re.escape(message)) as info:
+        GraphSpec.model_validate({"nodes": nodes})
+    [error] = info.value.errors()
+    assert error["loc"] == ("nodes",)
+
+
+def test_a_graph_spec_refuses_a_tool_outside_the_allowed_modules_without_importing_it(
+    allow_examples, tool_modules
+) -> None:
+    tool = f"{tool_modules.unimported}:record"
+
+    with pytest.raises(ValidationError) as info:
+        GraphSpec.model_validate({"nodes": [spec_node("fine"), spec_node("b", tool=tool)]})
+
+    [error] = info.value.errors()
+    assert error["loc"] == ("nodes",)
+    assert error["msg"] == (
+        f"Value error, node 'b' names tool '{tool}', outside the allowed modules 'examples' "
+        f"({TOOL_MODULES})"
+    )
+    assert tool_modules.unimported not in sys.modules
+
+
+def test_a_graph_spec_takes_any_module_when_no_allow_list_is_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(TOOL_MODULES, raising=False)
+    spec = GraphSpec.model_validate({"nodes": [spec_node("a"), spec_node("b", "a", tool="os:x")]})
+    assert spec.to_graph().order == ["a", "b"]
+
+
+def form_problems(parameters: dict[str, object]) -> list[str]:
+    """What the run form of `graph_runner` says about ``parameters``, as Prefect checks it."""
+    schema = parameter_schema(graph_runner).model_dump_for_openapi()
+    return [error.message for error in validate(parameters, schema, ignore_required=True)]
+
+
+def graph_form(*nodes: dict[str, object]) -> dict[str, object]:
+    return {"graph": {"nodes": list(nodes)}, "user_id": "ada", "query": "q"}
+
+
+@pytest.mark.parametrize(
+    ("node_fields", "problem"),
+    [
+        ({"id": "has space"}, "'has space' does not match"),
+        ({"id": "../x"}, "'../x' does not match"),
+        ({"depends_on": ["a b"]}, "'a b' does not match"),
+        ({"depends_on": ["fine", "fine"]}, "['fine', 'fine'] has non-unique elements"),
+        ({"tool": "subprocess:getoutput"}, "'subprocess:getoutput' does not match"),
+        ({"tool": "examplesx.tools:draft"}, "'examplesx.tools:draft' does not match"),
+    ],
+)
+def test_the_run_form_refuses_what_its_schema_can_say(allow_examples, node_fields, problem) -> None:
+    bad = {**spec_node("b", "fine"), **node_fields}
+    assert form_problems(graph_form(spec_node("fine"), spec_node("c", "fine"))) == []
+    [message] = form_problems(graph_form(spec_node("fine"), bad))
+    assert message.startswith(problem)
+
+
+def test_the_run_form_names_the_allowed_modules_only_where_they_are_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The schema is written where it is generated (by `prefect deploy`): a tool
+    # outside the modules is refused by the form only if that environment sets them.
+    monkeypatch.delenv(TOOL_MODULES, raising=False)
+    assert form_problems(graph_form(spec_node("a", tool="subprocess:getoutput"))) == []
+    monkeypatch.setenv(TOOL_MODULES, " examples , my_company.tools ")
+    assert form_problems(graph_form(spec_node("a", tool="my_company.tools.mail:send"))) == []
+    [message] = form_problems(graph_form(spec_node("a", tool="my_company:send")))
+    assert message.startswith("'my_company:send' does not match")
+
+
+def test_the_run_form_cannot_refuse_a_cycle_or_an_unknown_dependency(allow_examples) -> None:
+    # JSON schema cannot say "acyclic" or "names another node's id": the worker
+    # refuses these when it validates the parameters (tests/flows/test_graph_runs.py).
+    assert form_problems(graph_form(spec_node("a", "b"), spec_node("b", "a"))) == []
+    assert form_problems(graph_form(spec_node("a", "ghost"))) == []
+    assert form_problems(graph_form(spec_node("a"), spec_node("a"))) == []

@@ -439,21 +439,28 @@ def test_tool_modules_limit_where_tools_may_come_from(
 def test_a_graph_from_the_run_form_cannot_name_a_tool_outside_the_allowed_modules(
     prefect_harness, monkeypatch: pytest.MonkeyPatch, kit
 ) -> None:
+    nodes = [
+        {"id": "fine", "tool": "examples.reading_group:gather_sources"},
+        {"id": "shell", "tool": "subprocess:getoutput", "depends_on": ["fine"]},
+    ]
+    # Built where any module may give tools, it still cannot run where one may not.
+    graph = GraphSpec.model_validate({"nodes": nodes})
     setenv(monkeypatch, tool_modules="examples")
-    graph = GraphSpec.model_validate(
-        {
-            "nodes": [
-                {"id": "fine", "tool": "examples.reading_group:gather_sources"},
-                {"id": "shell", "tool": "subprocess:getoutput", "depends_on": ["fine"]},
-            ]
-        }
-    )
 
     with (
         persona_runtime(kit.agent),
         pytest.raises(GraphError, match=r"'shell' names tool 'subprocess:getoutput'"),
     ):
         graph_runner(graph=graph, user_id=USER, query="anything")
+    # As a deployment's run gets it (JSON), the flow's parameter check refuses it.
+    with (
+        persona_runtime(kit.agent),
+        pytest.raises(
+            ParameterTypeError,
+            match=r"graph.nodes: Value error, node 'shell' names tool 'subprocess:getoutput'",
+        ),
+    ):
+        graph_runner(graph={"nodes": nodes}, user_id=USER, query="anything")
     assert kit.calls == {}
 
 
