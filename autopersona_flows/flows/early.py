@@ -67,11 +67,11 @@ class Early(NamedTuple):
 def ask_early(settler: Settler, graph: TaskGraph, plans: dict[str, NodePlan]) -> Early:
     """Ask what the graph needs and memory lacks, before any of its tools runs.
 
-    One kept step (`Settler.settle_all`) decides each early requirement on its own (a
-    request naming only it), so the agent says for each whether memory holds it;
+    `Settler.settle_all` decides each early requirement on its own (a request naming
+    only it), so the agent says for each whether memory holds it;
     each it asks about is asked now and its answer learned, in steps of the node
-    that declares it first. Nothing is asked if memory holds everything. The step
-    also decides each other node whose requirements are all early (see
+    that declares it first. Nothing is asked if memory holds everything. It also
+    decides each other node whose requirements are all early (see
     `Early.settled`). ``plans`` are the graph's nodes as they are settled, by id.
     """
     checks = {
@@ -98,7 +98,8 @@ def ask_early(settler: Settler, graph: TaskGraph, plans: dict[str, NodePlan]) ->
         check: replace(plans[node_id], requirements=[requirement])
         for check, (node_id, requirement) in checks.items()
     }
-    made = settler.settle_all("check-requirements", requests | {n: plans[n] for n in whole})
+    # Steps of their own: once an answer is learned here, each node decides again.
+    made = settler.settle_all(requests | {n: plans[n] for n in whole}, kind="check")
     questions = [
         # The request names only this requirement: the question is about it.
         (node_id, decision.model_copy(update={"requirement": requirement.name}))

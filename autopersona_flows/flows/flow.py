@@ -200,7 +200,7 @@ def _settle_quiet(
         if node_id not in early.settled and not settler.may_ask(plans[node_id].requirements)
     }
     try:
-        made = settler.settle_all("graph", quiet, retries=0)
+        made = settler.settle_all(quiet, retries=0)
     except StoreUnavailableError:
         return {}
     return {node_id: Settled(settler.unasked(node_id, d), [], []) for node_id, d in made.items()}

@@ -262,22 +262,34 @@ class Settler:
         return decision
 
     def settle_all(
-        self, name: str, plans: Mapping[str, NodePlan], *, retries: int | None = None
+        self, plans: Mapping[str, NodePlan], *, kind: str = "decide", retries: int | None = None
     ) -> dict[str, Decision]:
-        """Decide each of ``plans`` (by id) in one kept step, on one state of memory.
+        """Decide each of ``plans`` (by id) at once, each in a kept step of its own.
 
-        Each bank is read once for them all. The step is kept whole or not at all:
-        an outage past ``retries`` raises, and nothing is kept.
+        Each is kept under ``kind``, its node and its request: by default the step
+        the first round of `settle` keeps, so a node decided here and one decided on
+        its own (after an outage, or by a replay) meet the same step. Those kept
+        already are read back; the others are decided on one state of memory, each
+        bank read once for them all, then each is kept, unless another run kept it
+        meanwhile (its decision wins).
+
+        Raises:
+            StoreUnavailableError: If the store stays unreachable past ``retries``;
+                nothing is kept then.
         """
-        if not plans:
-            return {}
+        keys = {id_: self._key(kind, plan.node.id, plan.keyed) for id_, plan in plans.items()}
+        made = {plan_id: self._read(key) for plan_id, key in keys.items()}
+        missing = [plan_id for plan_id, decision in made.items() if decision is None]
+        if missing:
 
-        def decide_all() -> dict[str, Decision]:
-            with self.runtime.agent.retriever.reading():
-                return {plan_id: self._decide(plan.request) for plan_id, plan in plans.items()}
+            def decide_all() -> dict[str, Decision]:
+                with self.runtime.agent.retriever.reading():
+                    return {plan_id: self._decide(plans[plan_id].request) for plan_id in missing}
 
-        inputs = {"requests": {plan_id: plan.keyed for plan_id, plan in plans.items()}}
-        return cast(dict[str, Decision], self.kept("decisions", name, inputs, decide_all, retries))
+            decided: dict[str, Decision] = _retrying_outages(decide_all, retries)
+            for plan_id in missing:
+                made[plan_id] = self._once(keys[plan_id], functools.partial(decided.get, plan_id))
+        return cast(dict[str, Decision], made)
 
     def _decide(self, request: PersonaRequest) -> Decision:
         self.counter.decided()
@@ -288,29 +300,44 @@ class Settler:
         kind: str,
         node_id: str,
         inputs: dict[str, Any],
-        work: Callable[[], Any],
+        work: Callable[[], Decision],
         retries: int | None = None,
-    ) -> Any:
-        """``work()`` (a decision, or a mapping of them), kept in the result store.
+    ) -> Decision:
+        """``work()`` (a decision), kept in the result store.
 
-        Kept under the key of ``kind``, the node and ``inputs``: what the decisions
-        depend on.
-
-        A resumed or replayed run reads the decisions back instead of deciding again.
-        A step of a shared episode holds its step lock, so of two runs at once one
-        decides and the other reads. A store outage is retried ``retries`` times (the
-        pre-hook's tasks' by default, `PRE_HOOK_OPTIONS`).
+        Kept under the key of ``kind``, the node and ``inputs``: what the decision
+        depends on. A resumed or replayed run reads it back instead of deciding again.
+        A store outage is retried ``retries`` times (the pre-hook's tasks' by default,
+        `PRE_HOOK_OPTIONS`).
         """
-        key = node_cache_key(kind, self.episode_id, node_id, inputs)
+        key = self._key(kind, node_id, inputs)
+        return self._once(key, lambda: _retrying_outages(work, retries))
+
+    def _key(self, kind: str, node_id: str, inputs: dict[str, Any]) -> str:
+        return node_cache_key(kind, self.episode_id, node_id, inputs)
+
+    def _read(self, key: str) -> Decision | None:
+        if not self._results.exists(key):
+            return None
+        return parse_decision(self._results.read(key).result)
+
+    def _once(self, key: str, work: Callable[[], Decision | None]) -> Decision:
+        """The decision kept under ``key``, or ``work()``'s, kept there.
+
+        A step of a shared episode holds its step lock, so of two runs at once one
+        decides and the other reads.
+        """
         holder = uuid.uuid4().hex
         locks = step_locks(self.runtime.result_storage) if self.shared else None
         if locks is not None:
             locks.acquire_lock(key, holder)
         try:
-            if self._results.exists(key):
-                return _decisions(self._results.read(key).result)
-            made = _retrying_outages(work, retries)
-            self._results.write(_decisions_json(made), key=key)
+            kept = self._read(key)
+            if kept is not None:
+                return kept
+            made = cast(Decision, work())
+            # JSON as it is dumped, never a tree of dicts for the garbage collector.
+            self._results.write(_json.Fragment(made.model_dump_json(exclude=_EMBEDDINGS)), key=key)
             return made
         finally:
             if locks is not None:
@@ -482,24 +509,6 @@ def _share(user_id: str, decisions: Sequence[ClarifyDecision], given: Sequence[A
         return
     for run_id in resumed:
         get_run_logger().info("Answered flow run %s too: it asked the same", run_id)
-
-
-def _decisions_json(made: Any) -> Any:
-    """A decision (or a mapping of them) as it is kept: JSON text, embeddings left out.
-
-    JSON as it is dumped, never as a tree of dicts and lists: a tree per node would
-    be thousands of objects for the garbage collector to count and traverse.
-    """
-    if isinstance(made, dict):
-        return {"by_id": {key: _decisions_json(decision) for key, decision in made.items()}}
-    return _json.Fragment(made.model_dump_json(exclude=_EMBEDDINGS))
-
-
-def _decisions(kept: Any) -> Any:
-    """What `_decisions_json` kept, read back."""
-    if "by_id" in kept:
-        return {key: parse_decision(decision) for key, decision in kept["by_id"].items()}
-    return parse_decision(kept)
 
 
 def _retrying_outages(work: Callable[[], Any], retries: int | None) -> Any:

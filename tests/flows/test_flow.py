@@ -26,6 +26,7 @@ from prefect.flow_runs import resume_flow_run
 
 from autopersona_flows.agent import (
     ClarifyDecision,
+    EvidencePolicy,
     FunctionPolicy,
     PersonaAgent,
     Requirement,
@@ -388,7 +389,7 @@ class SlowDecisionStorage(LocalFileSystem):
 
     def write_path(self, path: str, content: bytes, _sync: bool | None = None) -> str:
         written = LocalFileSystem.write_path(self, path, content, _sync=True)
-        if "autopersona-decisions-" in path:
+        if "autopersona-decide-" in path:
             time.sleep(4.0)
             self._kept.set()
         return cast(str, written)
@@ -446,6 +447,20 @@ class OnceUnavailableStore(JsonlMemoryStore):
         return super().changes(*args, **kwargs)
 
 
+class OnceUnavailablePolicy(EvidencePolicy):
+    """The default policy, whose first decision meets a store outage."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failures_left = 1
+
+    def decide(self, *args: Any, **kwargs: Any) -> Any:
+        if self.failures_left:
+            self.failures_left -= 1
+            raise StoreUnavailableError("the store is restarting")
+        return super().decide(*args, **kwargs)
+
+
 @pytest.mark.parametrize(("retries", "completes"), [(1, True), (0, False)])
 def test_a_store_that_was_unreachable_is_retried_under_the_nodes_retries(
     kit, tmp_path: Path, retries: int, completes: bool
@@ -480,6 +495,33 @@ def test_a_store_outage_in_the_pre_hook_is_retried_without_retrying_the_tool(
     assert kit.calls == {"draft": 1}
     (context,) = kit.contexts["draft"]
     assert context.requirement("citation style").value == "APA"
+
+
+def test_a_replay_after_an_outage_in_the_first_run_runs_no_tool_again(
+    kit, tmp_path: Path, watch_for_pause
+) -> None:
+    # The outage meets the nodes decided all at once; each is then decided on its own.
+    # A replay must meet those decisions again, not decide anew on memory that changed.
+    policy = OnceUnavailablePolicy()
+    agent = PersonaAgent(MemoryRetriever(JsonlMemoryStore(tmp_path / "store")), policy)
+    style = Requirement("citation style", options=["APA", "MLA"], ask="at_node")
+    graph = TaskGraph(
+        [
+            TaskNode(id="cite", instruction="Format the citations", tool=kit.record),
+            TaskNode(id="ask", tool=kit.record, requires=[style], depends_on=["cite"]),
+        ]
+    )
+    options = {"agent": agent, "episode_id": "outage-1", "result_storage": kit.results, **FAST}
+    watcher = watch_for_pause(lambda waiting: answer_clarification(waiting.flow_run_id, "MLA"))
+    first = run_persona_graph(graph, USER, QUERY, **options)
+    watcher.finish()
+    assert policy.failures_left == 0
+
+    again = run_persona_graph(graph, USER, QUERY, **options)
+
+    assert kit.calls == {"cite": 1, "ask": 1}
+    assert again["metrics"]["tool_executions"] == 0
+    assert again["outputs"] == first["outputs"]
 
 
 # --------------------------------------------------------------------------- 6. concurrency
