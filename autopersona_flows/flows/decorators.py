@@ -25,7 +25,6 @@ from autopersona_flows.flows.options import (
     RunName,
     check_task_options,
 )
-from autopersona_flows.flows.reports import StepCounter
 from autopersona_flows.flows.runtime import current_flow_run_id, current_runtime
 from autopersona_flows.flows.settle import NodePlan, Settler, episode_of
 
@@ -186,7 +185,8 @@ class PersonaTask(Generic[P, R]):
             raise FlowConfigurationError(
                 f"{self.node.id!r} needs a user: use `with persona_runtime(agent, user_id=...)`"
             )
-        return Settler(runtime, episode_of(runtime, None), StepCounter())
+        counter = runtime.in_flight.counter(current_flow_run_id())
+        return Settler(runtime, episode_of(runtime, None), counter)
 
     def _plan(self, settler: Settler, element: int | None = None) -> NodePlan:
         assert settler.runtime.user_id is not None  # _settler checked it

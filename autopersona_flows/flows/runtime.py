@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
@@ -22,6 +23,7 @@ from prefect.futures import PrefectFuture
 
 from autopersona_flows.agent.agent import PersonaAgent
 from autopersona_flows.errors import FlowConfigurationError
+from autopersona_flows.flows.reports import StepCounter
 from autopersona_flows.flows.settings import (
     AutopersonaSettings,
     PauseMode,
@@ -39,17 +41,34 @@ __all__ = [
 ]
 
 
-class InFlight:
-    """The persona runs each flow run of a `persona_runtime` block submitted, not yet finished.
+@dataclass
+class _RunState:
+    futures: list[PrefectFuture[Any]] = field(default_factory=list)
+    settling: threading.RLock = field(default_factory=threading.RLock)
+    counter: StepCounter = field(default_factory=StepCounter)
 
-    A question waits for them before it pauses or suspends (see `Settler.settle`),
-    so a suspended run loses no work in flight.
+
+class InFlight:
+    """What the persona tasks of each flow run of a `persona_runtime` block share.
+
+    The runs they submitted and have not seen finish: a question waits for them
+    before it pauses or suspends (see `Settler.settle`), so a suspended run loses no
+    work in flight. One settling at a time, and one count of the questions asked
+    (the run's ``question_budget``). The latest `_RUNS_KEPT` flow runs are kept.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._runs: dict[UUID, list[PrefectFuture[Any]]] = {}
-        self._settling: dict[UUID, threading.RLock] = {}
+        self._runs: OrderedDict[UUID, _RunState] = OrderedDict()
+
+    def _of(self, flow_run_id: UUID) -> _RunState:
+        with self._lock:
+            state = self._runs.get(flow_run_id)
+            if state is None:
+                state = self._runs[flow_run_id] = _RunState()
+                if len(self._runs) > _RUNS_KEPT:
+                    self._runs.popitem(last=False)
+            return state
 
     @contextlib.contextmanager
     def settling(self, flow_run_id: UUID) -> Iterator[None]:
@@ -59,25 +78,27 @@ class InFlight:
         in threads at once; a run waits on one form at a time, so the second asks
         once the first has its answer (and may find it needs none).
         """
-        with self._lock:
-            lock = self._settling.setdefault(flow_run_id, threading.RLock())
-        with lock:
+        with self._of(flow_run_id).settling:
             yield
+
+    def counter(self, flow_run_id: UUID) -> StepCounter:
+        """The count of the decisions and questions of ``flow_run_id``'s persona tasks."""
+        return self._of(flow_run_id).counter
 
     def add(self, flow_run_id: UUID, futures: Sequence[PrefectFuture[Any]]) -> None:
         """Note ``futures`` as submitted by ``flow_run_id`` (and forget what finished)."""
+        state = self._of(flow_run_id)
         with self._lock:
-            for run_id in list(self._runs):  # forget what finished, and runs long over
-                self._runs[run_id] = [f for f in self._runs[run_id] if not _done(f)]
-                if not self._runs[run_id] and run_id != flow_run_id:
-                    del self._runs[run_id]
-                    self._settling.pop(run_id, None)
-            self._runs.setdefault(flow_run_id, []).extend(futures)
+            state.futures[:] = [f for f in state.futures if not _done(f)] + list(futures)
 
     def of(self, flow_run_id: UUID) -> list[PrefectFuture[Any]]:
         """What ``flow_run_id`` submitted and has not seen finish."""
+        state = self._of(flow_run_id)
         with self._lock:
-            return list(self._runs.get(flow_run_id, ()))
+            return list(state.futures)
+
+
+_RUNS_KEPT = 64  # flow runs at once in one process; an evicted one is long over
 
 
 def _done(future: PrefectFuture[Any]) -> bool:
@@ -107,8 +128,8 @@ class PersonaRuntime:
         question_budget: The most questions one run may ask (``None``: no limit).
             Past it, a missing requirement with a ``default`` runs with it; one
             without fails the run (`ClarificationBudgetError`).
-        in_flight: What the block's persona tasks submitted, by flow run; nested
-            blocks share it.
+        in_flight: What the block's persona tasks share, by flow run (`InFlight`);
+            nested blocks share it.
     """
 
     agent: PersonaAgent

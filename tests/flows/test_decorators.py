@@ -12,7 +12,11 @@ import pytest
 from prefect import flow, task, unmapped
 
 from autopersona_flows.agent import PersonaAgent, Requirement
-from autopersona_flows.errors import FlowConfigurationError, NodeOutputError
+from autopersona_flows.errors import (
+    ClarificationBudgetError,
+    FlowConfigurationError,
+    NodeOutputError,
+)
 from autopersona_flows.flows import NodeContext, answer_clarification, persona_runtime, persona_task
 from autopersona_flows.memory import PersonaMemory
 from autopersona_flows.testing import answering as a_person_answering
@@ -345,3 +349,35 @@ def test_async_persona_tasks_awaited_together_ask_one_after_the_other(
     assert sorted(q.answer for q in person.asked) == ["A4", "MLA"]
     assert len({q.key for q in person.asked}) == 2  # two forms, one at a time
     assert CALLS == {"cite_async": 1, "print_paper": 1}
+
+
+@persona_task(requires=[Requirement("paper size", options=["A4", "Letter"])])
+def size_paper(context: NodeContext) -> str:
+    """Choose the paper size."""
+    CALLS["size_paper"] += 1
+    return str(context.requirement("paper size").value)
+
+
+@persona_task(requires=[Requirement("citation style", options=["APA", "MLA"])])
+def style_references(context: NodeContext) -> str:
+    """Format the references."""
+    CALLS["style_references"] += 1
+    return str(context.requirement("citation style").value)
+
+
+@flow
+def on_a_budget(agent: Any) -> list[str]:
+    with persona_runtime(
+        agent, user_id="ada", query="Write my paper", poll_interval=0.2, question_budget=1
+    ):
+        return [style_references(), size_paper()]
+
+
+def test_the_question_budget_counts_every_question_of_the_flow_run(prefect_harness, kit) -> None:
+    with (
+        a_person_answering({"citation style": "MLA", "paper size": "A4"}) as person,
+        pytest.raises(ClarificationBudgetError, match="paper size"),
+    ):
+        on_a_budget(kit.agent)
+    assert [q.answer for q in person.asked] == ["MLA"]  # one question: the budget
+    assert CALLS == {"style_references": 1}
