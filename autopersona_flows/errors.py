@@ -31,7 +31,8 @@ each also inherits the builtin it refines, so ``except ValueError`` keeps workin
     ├── ClarificationBudgetError
     ├── StepLockTimeoutError (TimeoutError)
     └── AnswerRejectedError (ValueError)
-        └── BlankAnswerError
+        ├── BlankAnswerError
+        └── RunGoneError
 
 Invalid record contents raise pydantic's `ValidationError` (a `ValueError`),
 which names every offending field.
@@ -72,6 +73,7 @@ __all__ = [
     "PolicyError",
     "ResolverError",
     "RetrievalError",
+    "RunGoneError",
     "SnapshotError",
     "StepLockTimeoutError",
     "StoreUnavailableError",
@@ -337,3 +339,11 @@ class BlankAnswerError(AnswerRejectedError):
             f"the answer to {question!r} is blank ({answer!r}): answer with some text, "
             "or one of the options"
         )
+
+
+class RunGoneError(AnswerRejectedError):
+    """A run was paused in a process that is gone: an answer would resume a run nothing runs.
+
+    Cancel it (``autopersona cancel``, `cancel_clarification`) and start it again; the
+    message says when its process was last seen.
+    """

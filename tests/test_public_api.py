@@ -68,6 +68,7 @@ def test_top_level_surface() -> None:
         "TrajectoryMemory",
         "WorkspaceMemory",
         "__version__",
+        "answer",
         "answer_clarification",
         "apersona_graph",
         "arun_persona_graph",

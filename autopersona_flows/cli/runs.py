@@ -1,13 +1,17 @@
-"""Commands for persona runs waiting on a person: pending, answer, notify create/ls/delete."""
+"""Commands for runs waiting on a person: pending, answer, cancel, notify create/ls/delete."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from autopersona_flows.cli.root import app
 from autopersona_flows.errors import AnswerRejectedError
+
+if TYPE_CHECKING:
+    from autopersona_flows.flows.answers import PendingClarification
 
 __all__: list[str] = []  # commands only: they register on the app
 
@@ -15,23 +19,57 @@ PANEL = "Runs"
 
 
 @app.command("pending", rich_help_panel=PANEL)
-def pending_command() -> None:
-    """List runs waiting for an answer (from the Prefect API in use)."""
+def pending_command(
+    user: Annotated[
+        str | None, typer.Option("--user", metavar="USER", help="Only the runs asking USER.")
+    ] = None,
+) -> None:
+    """List runs waiting for an answer (from the Prefect API in use), oldest first.
+
+    Each run's first line: its id, state, whom it asks, flow/run name, how long it has
+    waited and whether anything will run it once answered; then its questions.
+    """
     # Imported here: the other commands must not pay for importing Prefect.
     from autopersona_flows.flows.answers import pending_clarifications  # noqa: PLC0415
 
-    pending = pending_clarifications()
+    pending = pending_clarifications(user)
+    now = datetime.now(UTC)
     for waiting in pending:
-        if len(waiting.questions) == 1:
-            options = f"  [{' | '.join(waiting.options)}]" if waiting.options else ""
-            print(f"{waiting.flow_run_id}  {waiting.state}  {waiting.question}{options}")
-            continue
-        print(f"{waiting.flow_run_id}  {waiting.state}  {len(waiting.questions)} questions:")
+        print(_heading(waiting, now))
         for question in waiting.questions:
+            field = f"{question.field}=  " if len(waiting.questions) > 1 else ""
             options = f"  [{' | '.join(question.options)}]" if question.options else ""
-            print(f"    {question.field}=  {question.question}{options}")
+            before = f"  (before: {question.step})" if question.step else ""
+            print(f"    {field}{question.question}{options}{before}")
     if not pending:
-        print("no run is waiting for an answer")
+        print("no run is waiting for an answer" + (f" from {user}" if user else ""))
+
+
+def _heading(waiting: PendingClarification, now: datetime) -> str:
+    """A waiting run's first line: id, state, person, flow/run, wait, and its process."""
+    from autopersona_flows.flows.waiting import span_words  # noqa: PLC0415
+
+    parts = [str(waiting.flow_run_id), waiting.state, f"for {waiting.user_id or '(unknown)'}"]
+    parts.append(f"{waiting.flow_name}/{waiting.flow_run_name}")
+    if waiting.waiting_since is not None:
+        parts.append(f"waiting {span_words(now - waiting.waiting_since)}")
+    if waiting.process == "alive":
+        parts.append(f"process {waiting.pid} on {waiting.host} waits")
+    elif waiting.process == "suspended":
+        parts.append("suspended: a worker runs it once answered")
+    elif waiting.process == "unknown":
+        parts.append("process unknown (no heartbeat)")
+    else:
+        seen = (
+            f" (last seen {span_words(now - waiting.last_seen)} ago)" if waiting.last_seen else ""
+        )
+        parts.append(
+            f"PROCESS GONE{seen}: an answer would resume nothing; "
+            f"`autopersona cancel {waiting.flow_run_id}`"
+        )
+    if len(waiting.questions) > 1:
+        parts.append(f"{len(waiting.questions)} questions:")
+    return "  ".join(parts)
 
 
 @app.command("answer", rich_help_panel=PANEL)
@@ -53,12 +91,23 @@ def answer_command(
             show_default=False,
         ),
     ],
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Answer even a run whose process seems gone (it only stalled, say).",
+        ),
+    ] = False,
 ) -> None:
-    """Answer a waiting run and resume it."""
+    """Answer a waiting run and resume it.
+
+    A run paused in a process that is gone is refused (exit 1): nothing would run it
+    after the answer. `autopersona cancel` ends it.
+    """
     from autopersona_flows.flows.answers import answer_clarification  # noqa: PLC0415
 
     if len(answers) == 1 and not _is_field_answer(answers[0]):
-        answer_clarification(flow_run_id, answers[0])
+        answer_clarification(flow_run_id, answers[0], force=force)
     else:
         given = {}
         for item in answers:
@@ -68,7 +117,7 @@ def answer_command(
                     f"{item!r}: give one FIELD=ANSWER for each question of the run"
                 )
             given[field.strip()] = answer
-        answer_clarification(flow_run_id, given)
+        answer_clarification(flow_run_id, given, force=force)
     print(f"resumed {flow_run_id}")
 
 
@@ -76,6 +125,42 @@ def _is_field_answer(text: str) -> bool:
     """Whether ``text`` reads ``field=answer`` (a field is a lowercase identifier)."""
     field, equals, _ = text.partition("=")
     return bool(equals) and field.isidentifier() and field == field.lower()
+
+
+@app.command("cancel", rich_help_panel=PANEL)
+def cancel_command(
+    flow_run_ids: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="[FLOW_RUN_ID...]",
+            help="Runs waiting for an answer, as `autopersona pending` lists them.",
+            show_default=False,
+        ),
+    ] = None,
+    gone: Annotated[
+        bool,
+        typer.Option("--gone", help="Every waiting run whose process is gone."),
+    ] = False,
+) -> None:
+    """Cancel runs waiting for an answer that nothing waits in (process gone, or suspended).
+
+    A run whose process still waits is refused: stop that process, or answer the run.
+    """
+    from autopersona_flows.flows.answers import (  # noqa: PLC0415
+        cancel_clarification,
+        pending_clarifications,
+    )
+
+    runs = list(flow_run_ids or [])
+    if gone:
+        runs += [str(p.flow_run_id) for p in pending_clarifications() if p.process == "gone"]
+    if not runs:
+        if not gone:
+            raise typer.BadParameter("name the runs to cancel, or give --gone")
+        print("no waiting run's process is gone")
+    for run in dict.fromkeys(runs):
+        cancel_clarification(run)
+        print(f"cancelled {run}")
 
 
 notify = typer.Typer(

@@ -22,7 +22,9 @@ if TYPE_CHECKING:
     from autopersona_flows.flows.answers import (
         PendingClarification,
         PendingQuestion,
+        answer,
         answer_clarification,
+        cancel_clarification,
         pending_clarifications,
     )
     from autopersona_flows.flows.cache_policies import NodeCachePolicy, node_cache_key
@@ -59,7 +61,9 @@ else:
             "autopersona_flows.flows.answers": (
                 "PendingClarification",
                 "PendingQuestion",
+                "answer",
                 "answer_clarification",
+                "cancel_clarification",
                 "pending_clarifications",
             ),
             "autopersona_flows.flows.cache_policies": ("NodeCachePolicy", "node_cache_key"),
@@ -120,10 +124,12 @@ __all__ = [
     "RequirementValue",
     "TaskGraph",
     "TaskNode",
+    "answer",
     "answer_clarification",
     "apersona_graph",
     "arun_persona_graph",
     "ask_first",
+    "cancel_clarification",
     "create_clarification_automation",
     "delete_clarification_automation",
     "graph_runner",

@@ -412,7 +412,9 @@ def ask_all(
         _show(questions, asked, key, context, user_id)
     form = questions_form(decisions).with_initial_data(description=_dialog(questions))
     run_id = context.flow_run.id if context is not None and context.flow_run else None
-    note = WaitingNote(user_id=user_id, nodes=[q.node for q in asked], steps=[q.step for q in asked])
+    note = WaitingNote(
+        user_id=user_id, nodes=[q.node for q in asked], steps=[q.step for q in asked]
+    )
     try:
         # Those who answer see whom it asks, and whether its process still waits.
         with waiting_for_answer(run_id, key, note, paused=not _suspends(runtime)):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from typing import Any
@@ -52,7 +53,16 @@ def test_a_form_of_two_questions_is_listed_and_answered_from_the_command_line(ki
     assert "citation_style=" in out
     assert "[APA | MLA]" in out
     assert "sharing_channel=  Where should the paper be shared?" in out
+    # One answer to two questions: each field named with its question, no schema jargon.
+    assert "asks 2 questions: answer each as FIELD=ANSWER" in err
+    assert "citation_style=  To share your paper, which citation style" in err
+    assert "sharing_channel=  Where should the paper be shared?" in err
+    assert "Additional properties" not in err
     assert "asks no question 'colour'" in err
+    # Whom it asks, its flow and run, since when, whether its process waits, each step.
+    assert "  for ada  persona-graph/" in out
+    assert re.search(r"  waiting \d+ s  process \d+ on \S+ waits  2 questions:", out)
+    assert "(before: share)" in out
     assert "Where should the paper be shared?" in err  # the blank answer names its question
     assert result["metrics"]["clarifications"] == 2
     assert kit.contexts["share"][0].requirement("sharing channel").value == "the team channel"
