@@ -418,7 +418,6 @@ class Settler:
         given = [answers.recall(node_id, user_id, decision) for node_id, decision in questions]
         heard = [n for n, answer in enumerate(given) if answer is not None and answer.heard]
         if heard:  # answered while this run (or one before it) was suspended
-            self.counter.asked(len(heard))  # asked by this run, before it was resumed
             record_answered(
                 [questions[n] for n in heard], [cast(Given, given[n]).answer for n in heard], where
             )
