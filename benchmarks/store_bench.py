@@ -33,7 +33,12 @@ linearly with the bank. Two verdict lines follow:
 
 * ``ratio at 10k``: rewrite median / ours median at 10k records; the bar is > 50x.
 * ``flatness``: our median at the largest size / our median at the smallest size;
-  below 3 counts as flat.
+  at most 1.5 counts as flat. The timed adds are made with the bank's saved index
+  kept up to date: a `MemoryRetriever` retrieves after every `BankLog.save_every`-th
+  (64th) add (untimed in the add; printed as *index upkeep*), which reads the new
+  entries and saves the index files (see `docs/retrieval.md`), so the files are never
+  more than 64 entries behind. The upkeep is the reader's: an add writes the bank's
+  line and nothing else.
 
 The exit code is 1 if either bar is missed, so the script doubles as a check. The
 numbers depend on the disk (fsync latency) of the machine that runs it, which is
@@ -101,16 +106,19 @@ from _common import (
     recorded,
 )
 
+from autopersona_flows.memory.embedders import HashingEmbedder
 from autopersona_flows.memory.jsonl import JsonlMemoryStore
+from autopersona_flows.memory.persisted import BankLog
 from autopersona_flows.memory.protocol import MemoryStore
 from autopersona_flows.memory.records import MemoryRecord, PersonaMemory
+from autopersona_flows.memory.retrieval import MemoryRetriever, SearchRequest
 
 USER = "bench-user"
 DEFAULT_SIZES = (1_000, 10_000, 100_000)
 QUICK_SIZES = (1_000, 10_000)
 RATIO_SIZE = 10_000
 RATIO_BAR = 50.0
-FLAT_BAR = 3.0
+FLAT_BAR = 1.5
 LARGE_SIZE = 50_000  # from this size on, the rewrite sample is cut to a quarter
 
 _TOPICS = (
@@ -218,6 +226,7 @@ class Row:
     size: int
     ours: list[float]
     rewrite: list[float]
+    upkeep: list[float] = field(default_factory=list)  # ms: the retrieve after each timed add
 
     @property
     def ours_median(self) -> float:
@@ -250,8 +259,21 @@ def run(sizes: list[int], sample: int, rewrite_sample: int, seed: int, root: Pat
     growth = Growth()
     count = 0
 
-    def add(content: PersonaMemory) -> None:
+    # A retriever reads the bank after every `BankLog.save_every`-th timed add: each read
+    # brings its index up to date and saves the index files, so the adds are timed with
+    # the files never more than that many entries behind the bank.
+    retriever = MemoryRetriever(store, HashingEmbedder())
+    search = [SearchRequest(layer="persona", query="email tone, bullet points")]
+    upkeep: list[float] = []
+
+    def add_then_read(content: PersonaMemory) -> None:
+        start = time.perf_counter()
         store.add(USER, content)
+        middle = time.perf_counter()
+        costs.append((middle - start) * 1e6)
+        if len(costs) % BankLog.save_every == 0:
+            retriever.retrieve(USER, search)
+            upkeep.append((time.perf_counter() - middle) * 1e3)
 
     for size in sizes:
         progress(f"growing our bank from {count:,} to {size:,} records ...")
@@ -261,7 +283,13 @@ def run(sizes: list[int], sample: int, rewrite_sample: int, seed: int, root: Pat
             store.add(USER, content)
             growth.seconds += time.perf_counter() - start
             count += 1
-        ours = time_adds(add, ours_contents, sample)
+        progress(f"  bringing the index up to date at {size:,} records (saved beside the bank) ...")
+        retriever.retrieve(USER, search)
+        costs: list[float] = []
+        upkeep.clear()
+        for _ in range(sample):
+            add_then_read(next(ours_contents))
+        ours = costs
         count += sample
         growth.adds = count
         growth.seconds += sum(ours) / 1e6
@@ -272,7 +300,7 @@ def run(sizes: list[int], sample: int, rewrite_sample: int, seed: int, root: Pat
         n = rewrite_sample if size < LARGE_SIZE else max(1, rewrite_sample // 4)
         progress(f"timing {n} rewrite-adds at {size:,} records ...")
         rewrite = time_adds(baseline.add, baseline_contents, n)
-        growth.rows.append(Row(size, ours, rewrite))
+        growth.rows.append(Row(size, ours, rewrite, list(upkeep)))
 
     assert len(store.list(USER, "persona")) == count
     return growth
@@ -312,6 +340,15 @@ def report(growth: Growth, batched: float, batch_total: int, batch_size: int) ->
         f"samples: ours {len(growth.rows[0].ours)} adds per size; rewrite "
         + ", ".join(f"{len(row.rewrite)} at {row.size:,}" for row in growth.rows)
     )
+    print(
+        f"index upkeep: a retrieve after every {BankLog.save_every}th timed add (not in the "
+        "add's time) reads the new entries and saves the index files:"
+    )
+    for row in growth.rows:
+        print(
+            f"{row.size:>9,}: retrieve + save p50 {statistics.median(row.upkeep):.1f} ms, "
+            f"max {max(row.upkeep):.1f} ms ({len(row.upkeep)} saves)"
+        )
     print()
     single = growth.adds / growth.seconds
     print(f"add, one at a time:  {single:>9,.0f} records/s ({growth.adds:,} adds)")
@@ -334,12 +371,12 @@ def report(growth: Growth, batched: float, batch_total: int, batch_size: int) ->
     first, last = growth.rows[0], growth.rows[-1]
     if last.size > first.size:
         flat = last.ours_median / first.ours_median
-        ok = flat < FLAT_BAR
+        ok = flat <= FLAT_BAR
         failed |= not ok
         verdict = "flat" if ok else "NOT flat"
         print(
-            f"flatness: our median at {last.size:,} / at {first.size:,} = {flat:.2f} "
-            f"(bar: < {FLAT_BAR:.0f}) {verdict}"
+            f"flatness: our median at {last.size:,} / at {first.size:,} = {flat:.2f}, with the "
+            f"index files kept up to date (bar: <= {FLAT_BAR:.1f}) {verdict}"
         )
     return 1 if failed else 0
 

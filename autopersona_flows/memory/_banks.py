@@ -13,9 +13,10 @@ import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, BinaryIO, Final, Literal
 
 from pydantic import (
     BaseModel,
@@ -60,9 +61,11 @@ __all__ = [
     "Bank",
     "Delete",
     "Header",
+    "LogEntry",
     "ensure_store",
     "now",
     "record_line",
+    "scan_entries",
 ]
 
 _log = logging.getLogger(__name__)
@@ -110,6 +113,72 @@ _ENTRY: TypeAdapter[MemoryRecord | Delete | _Batch] = TypeAdapter(
         Discriminator(_entry_kind),
     ]
 )
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    """A complete entry of a bank file, and where its line lies in the file.
+
+    Attributes:
+        offset: The byte offset of the entry's line.
+        length: The line's length in bytes, its newline included.
+        record: The record it adds or replaces; ``None`` for a delete.
+        deleted: The id it deletes; ``None`` for a record.
+    """
+
+    offset: int
+    length: int
+    record: MemoryRecord | None
+    deleted: str | None = None
+
+
+def scan_entries(
+    data: bytes, start: int, path: Path, layer: MemoryLayer
+) -> tuple[list[LogEntry], int]:
+    """Parse the complete entries of ``data``, the bytes of a bank file from offset ``start``.
+
+    A batch counts only whole; an incomplete last line or batch (a torn write) is
+    left out. Unlike a view's reading (`Bank.sync`), this does not know the records
+    before ``start``: a delete is returned as it is, for the caller to apply.
+
+    Returns:
+        The entries, and the offset just after the last complete one.
+
+    Raises:
+        MemoryStoreCorruptionError: If a complete line is not an entry of this bank;
+            the message names its byte offset.
+    """
+    entries: list[LogEntry] = []
+    batch: list[LogEntry] = []
+    batch_size = 0
+    pos = committed = 0
+    while (end := data.find(b"\n", pos)) >= 0:
+        raw = data[pos:end]
+        where = f"the line at byte {start + pos}"
+        try:
+            entry = _ENTRY.validate_json(raw)
+        except ValidationError as exc:
+            raise MemoryStoreCorruptionError(path, None, f"{where}: {diagnose(raw, exc)}") from None
+        if isinstance(entry, MemoryRecord) and entry.layer != layer:
+            raise MemoryStoreCorruptionError(path, None, f"{where}: a {entry.layer} record")
+        located = start + pos, end + 1 - pos
+        if batch_size:
+            if not isinstance(entry, MemoryRecord):
+                raise MemoryStoreCorruptionError(path, None, f"{where}: a batch ended early")
+            batch.append(LogEntry(*located, entry))
+            if len(batch) == batch_size:
+                entries += batch
+                batch, batch_size = [], 0
+        elif isinstance(entry, _Batch):
+            batch_size = entry.count
+        elif isinstance(entry, Delete):
+            entries.append(LogEntry(*located, None, entry.id))
+        else:
+            entries.append(LogEntry(*located, entry))
+        pos = end + 1
+        if not batch_size:
+            committed = pos
+    return entries, start + committed
 
 
 def now() -> datetime:
@@ -251,6 +320,30 @@ class Bank:
         return stat_key(stat) == self.stat_key
 
     # -- reading ---------------------------------------------------------------------------
+
+    def open_log(self) -> tuple[BinaryIO, Header, int] | None:
+        """Open the bank file to read it from byte offsets (call with the lock held).
+
+        The caller owns the file; it keeps reading the same bytes even after a
+        compaction or restore renames a new file over the bank.
+
+        Returns:
+            The file, its header and the header line's length; ``None`` if there is
+            no bank file.
+
+        Raises:
+            MemoryStoreCorruptionError: If the header is malformed or names another bank.
+        """
+        try:
+            file = self.root.reader(self.path)
+        except FileNotFoundError:
+            return None
+        try:
+            line = file.readline()
+            return file, self._parse_header(line), len(line)
+        except BaseException:
+            file.close()
+            raise
 
     def sync(self) -> None:
         """Bring the parsed view up to date with the file (call with the lock held)."""

@@ -72,6 +72,7 @@ from autopersona_flows.memory._banks import (
 )
 from autopersona_flows.memory._files import StoreRoot, erase_entry
 from autopersona_flows.memory._histories import diagnose
+from autopersona_flows.memory.persisted import BankLog
 from autopersona_flows.memory.protocol import ChangeSet, Erasure
 from autopersona_flows.memory.provenance import Provenance
 from autopersona_flows.memory.records import (
@@ -131,6 +132,7 @@ class JsonlMemoryStore:
         self.root = Path(root)
         self._root = StoreRoot(self.root)  # opens files only inside the store
         self._banks: dict[tuple[str, MemoryLayer], Bank] = {}
+        self._logs: dict[tuple[str, MemoryLayer], BankLog] = {}
         self._banks_lock = threading.Lock()
         self._check_marker()
 
@@ -163,6 +165,26 @@ class JsonlMemoryStore:
                 folder = self.root / "users" / user_key(user_id)
                 bank = self._banks[key] = Bank(folder, user_id, layer, root=self._root)
             return bank
+
+    def bank_log(self, user_id: str, layer: MemoryLayer) -> BankLog | None:
+        """The bank read by byte offsets, with its saved indexes: what retrieval reads.
+
+        `MemoryRetriever` reads a JSONL bank through it rather than `changes`, so
+        that a fresh process loads the bank's saved index and reads only the entries
+        the index does not cover (see `autopersona_flows.memory.persisted`).
+
+        Returns:
+            ``None`` for a subclass that overrides `changes` (to count, delay or fail
+            reads): its retrievers read its change feed, as from any other store.
+        """
+        if type(self).changes is not JsonlMemoryStore.changes:
+            return None
+        bank = self._bank(user_id, layer)
+        with self._banks_lock:
+            log = self._logs.get((bank.user_id, layer))
+            if log is None or log.bank is not bank:
+                log = self._logs[(bank.user_id, layer)] = BankLog(bank)
+            return log
 
     @contextmanager
     def _read(self, user_id: str, layer: MemoryLayer) -> Iterator[Bank]:

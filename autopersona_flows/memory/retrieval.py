@@ -23,6 +23,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from autopersona_flows.errors import RetrievalError
 from autopersona_flows.memory.embedders import Embedder, check_vectors, default_embedder
 from autopersona_flows.memory.index import BankIndex, Scoring, TimeView
+from autopersona_flows.memory.persisted import BankLog
 from autopersona_flows.memory.protocol import ChangeSet, MemoryStore
 from autopersona_flows.memory.records import LAYERS, LayerContent, MemoryLayer, MemoryRecord
 from autopersona_flows.memory.users import check_user_id
@@ -221,6 +222,10 @@ class MemoryRetriever:
             the dense floor its ``dense_floor``, else 0.
         max_cached_banks: How many (user, layer) indexes to keep in memory; the
             least recently used is dropped beyond that and rebuilt when needed.
+        max_cached_bytes: How much memory the indexes may hold together (see
+            `BankIndex.nbytes`): beyond it, the least recently used are dropped when
+            another bank is opened (never the one opened). A JSONL bank's index is
+            loaded again from its saved files in milliseconds.
         recency_half_life: How much recency weighs in every retrieval that does not
             say (see `retrieve`): of two memories that match alike, the one said
             later ranks first. ``None``: what was said counts, not when.
@@ -233,6 +238,7 @@ class MemoryRetriever:
         *,
         scoring: Scoring | None = None,
         max_cached_banks: int = 1024,
+        max_cached_bytes: int = 1 << 30,
         recency_half_life: timedelta | None = RECENCY_HALF_LIFE,
     ) -> None:
         time_view(recency_half_life=recency_half_life)  # checked here, not at the first search
@@ -244,6 +250,7 @@ class MemoryRetriever:
             dense_floor=getattr(self.embedder, "dense_floor", 0.0),
         )
         self.max_cached_banks = max_cached_banks
+        self.max_cached_bytes = max_cached_bytes
         self._indexes: OrderedDict[tuple[str, str], tuple[threading.Lock, BankIndex]] = (
             OrderedDict()
         )
@@ -431,7 +438,9 @@ class MemoryRetriever:
         if not wanted:
             return []
         with self._index(user_id, layer, as_of) as index:
-            return _current(index.containing(wanted), as_of)
+            at = None if as_of is None else as_of.timestamp()
+            rows = index.current(index.containing(wanted), at)
+            return [record for row in rows if (record := index.record(row)) is not None]
 
     def learned_at(
         self, user_id: str, contexts: Sequence[str], *, as_of: datetime | None = None
@@ -482,7 +491,7 @@ class MemoryRetriever:
             score = float(scores[row])
             if score <= 0.0 or score < min_similarity or len(results) == top_k:
                 break
-            record = index.records[row]
+            record = index.record(int(row))
             if record is None or record.id in taken:
                 continue
             taken.add(record.id)
@@ -506,13 +515,28 @@ class MemoryRetriever:
                     threading.Lock(),
                     BankIndex(self.embedder, self.scoring),
                 )
-                while len(self._indexes) > self.max_cached_banks:
-                    self._indexes.popitem(last=False)
+                self._evict()
             else:
                 self._indexes.move_to_end(key)
         block: _Block | None = getattr(self._reads, "block", None)
         checked = None if block is None else block.checked
-        return _HeldIndex(self.store, user_id, layer, *entry, checked=checked)
+        bank_log = getattr(self.store, "bank_log", None)
+        log = None if bank_log is None else bank_log(user_id, layer)
+        return _HeldIndex(self.store, user_id, layer, *entry, checked=checked, log=log)
+
+    def _evict(self) -> None:
+        """Drop the least recently used indexes beyond the bounds (call with the lock)."""
+        while len(self._indexes) > self.max_cached_banks:
+            self._indexes.popitem(last=False)
+        held = sum(index.nbytes() for _, index in self._indexes.values())
+        while held > self.max_cached_bytes and len(self._indexes) > 1:
+            _, (_, index) = self._indexes.popitem(last=False)
+            held -= index.nbytes()
+
+    def cached_bytes(self) -> int:
+        """Roughly what this retriever's indexes hold in memory (see `BankIndex.nbytes`)."""
+        with self._lock:
+            return sum(index.nbytes() for _, index in self._indexes.values())
 
     def _as_of(self, user_id: str, layer: MemoryLayer, as_of: datetime) -> BankIndex:
         """An index of the bank as it stood at ``as_of``, its history included.
@@ -557,8 +581,10 @@ class _HeldIndex:
         index: BankIndex,
         *,
         checked: set[tuple[str, str]] | None = None,
+        log: BankLog | None = None,
     ) -> None:
         self._store, self._user_id, self._layer = store, user_id, layer
+        self._log = log  # a JSONL bank, read by byte offsets
         self._lock, self._index = lock, index
         self._checked = checked  # the banks this thread's `reading` block brought up to date
 
@@ -569,13 +595,19 @@ class _HeldIndex:
             return self._index
         while True:
             cursor = self._index.cursor
-            changes = self._store.changes(self._user_id, self._layer, cursor)
+            if self._log is not None:
+                read = self._log.read(cursor, self._index.embedder)
+            else:
+                changes = self._store.changes(self._user_id, self._layer, cursor)
             self._lock.acquire()
             if self._index.cursor == cursor:
                 break
             self._lock.release()  # another thread applied changes meanwhile: read again
         try:
-            self._index.apply(changes)
+            if self._log is not None:
+                self._log.apply(self._index, read)
+            else:
+                self._index.apply(changes)
         except BaseException:
             self._lock.release()
             raise

@@ -24,7 +24,9 @@ from autopersona_flows.memory import (
     MemoryUpdater,
     SearchRequest,
 )
+from autopersona_flows.memory.embedders import Embedder
 from autopersona_flows.memory.index import Scoring
+from autopersona_flows.memory.persisted import BankLog, LogRead
 from autopersona_flows.memory.updates import embed_records
 
 
@@ -382,30 +384,42 @@ def test_answers_learned_at_a_step_are_found_by_it_exactly(store: JsonlMemorySto
     assert retriever.learned_at("ada", ["choose-seat"]) == []
 
 
-def test_loading_a_bank_reads_it_once_for_later_retrievals(store: JsonlMemoryStore) -> None:
-    store.add("ada", PersonaMemory(topic="seat", preference="aisle"))
-    retriever = MemoryRetriever(store)
-    retriever.load("ada")
-    reads = []
-    original = store.changes
-    store.changes = lambda *a, **k: reads.append(a) or original(*a, **k)  # type: ignore[method-assign]
-    assert retriever.retrieve("ada", [search("seat")]).persona[0].record.content.topic == "seat"
-    assert len(reads) == 1  # one check that nothing changed, no full read
+def _spy_on_reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str | None]]:
+    """Record every read of a JSONL bank by an index: (layer, cursor)."""
+    reads: list[tuple[str, str | None]] = []
+    original = BankLog.read
+
+    def read(log: BankLog, cursor: str | None, embedder: Embedder) -> LogRead:
+        reads.append((log.bank.layer, cursor))
+        return original(log, cursor, embedder)
+
+    monkeypatch.setattr(BankLog, "read", read)
+    return reads
 
 
-def test_a_reading_block_checks_each_bank_once_and_sees_writes_after_it(
-    store: JsonlMemoryStore,
+def test_loading_a_bank_reads_it_once_for_later_retrievals(
+    store: JsonlMemoryStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store.add("ada", PersonaMemory(topic="seat", preference="aisle"))
     retriever = MemoryRetriever(store)
-    reads: list[tuple[object, ...]] = []
-    original = store.changes
-    store.changes = lambda *a, **k: reads.append(a) or original(*a, **k)  # type: ignore[method-assign]
+    retriever.load("ada")
+    reads = _spy_on_reads(monkeypatch)
+    assert retriever.retrieve("ada", [search("seat")]).persona[0].record.content.topic == "seat"
+    assert len(reads) == 1  # one check that nothing changed, no full read
+    assert reads[0][1] is not None  # from where the index stood
+
+
+def test_a_reading_block_checks_each_bank_once_and_sees_writes_after_it(
+    store: JsonlMemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.add("ada", PersonaMemory(topic="seat", preference="aisle"))
+    retriever = MemoryRetriever(store)
+    reads = _spy_on_reads(monkeypatch)
     with retriever.reading():
         for _ in range(3):
             assert retriever.retrieve("ada", [search("seat")]).persona
         assert retriever.learned_at("ada", ["a step"]) == []
-        assert [r[1] for r in reads] == ["persona"]  # one check for four calls
+        assert [r[0] for r in reads] == ["persona"]  # one check for four calls
         with retriever.reading():  # nested: still the outer block's state
             retriever.retrieve("ada", [search("seat")])
         assert len(reads) == 1
@@ -454,19 +468,19 @@ def test_a_search_repeated_in_a_reading_block_finds_what_it_found_without_search
 
 
 def test_a_failed_read_in_a_reading_block_is_read_again_not_taken_as_checked(
-    store: JsonlMemoryStore,
+    store: JsonlMemoryStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store.add("ada", PersonaMemory(topic="seat", preference="aisle"))
     retriever = MemoryRetriever(store)
-    original = store.changes
+    original = BankLog.read
     failures = [StoreUnavailableError("the store is down")]
 
-    def flaky(*args: object, **kwargs: object) -> object:
+    def flaky(log: BankLog, cursor: str | None, embedder: Embedder) -> LogRead:
         if failures:
             raise failures.pop()
-        return original(*args, **kwargs)  # type: ignore[arg-type]
+        return original(log, cursor, embedder)
 
-    store.changes = flaky  # type: ignore[method-assign]
+    monkeypatch.setattr(BankLog, "read", flaky)
     with retriever.reading():
         with pytest.raises(StoreUnavailableError):
             retriever.retrieve("ada", [search("seat")])
