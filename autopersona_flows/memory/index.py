@@ -110,11 +110,6 @@ class TimeView:
         return ((1.0 + np.exp2(-age / self.half_life)) / 2.0).astype(np.float32)
 
 
-_SCORED_FLOATS = 1 << 18
-"""Scores an index keeps of the queries it answered (1 MB): what the vectors of 700 to
-1,000 memories take, and the scores of a few hundred queries in a bank of that size."""
-
-
 def _contexts(content: LayerContent) -> set[str]:
     return {normalise(context) for context in getattr(content, "contexts", ())}
 
@@ -245,8 +240,6 @@ class BankIndex:
         """Drop what depends on the whole bank (idf, length norms): it has changed."""
         self._weighed: dict[str, tuple[float, np.ndarray | None, np.ndarray | None]] = {}
         self._holding: dict[tuple[str, ...], list[int]] = {}  # words -> rows
-        # (query, its vector's bytes) -> its relevance of every row: see `scores_many`
-        self._scored: OrderedDict[tuple[str, bytes], np.ndarray] = OrderedDict()
         # (rows, from, until, rows left out) of searches at "now": see `_left_out`
         self._expiring: tuple[int, float, float, np.ndarray] | None = None
 
@@ -494,46 +487,104 @@ class BankIndex:
         return self.scores_many([query], query_vector[None, :])[0]
 
     def scores_many(
-        self, queries: list[str], query_vectors: np.ndarray, time: TimeView | None = None
+        self,
+        queries: list[str],
+        query_vectors: np.ndarray,
+        time: TimeView | None = None,
+        *,
+        wanted: int | None = None,
     ) -> np.ndarray:
-        """Score every row for each query at once: shape ``(len(queries), rows)``.
+        """Score rows for each query at once: shape ``(len(queries), rows)``.
 
-        A term shared by several queries is weighed once; the dense part is one
-        matrix product. A query's relevance of every row is kept until the bank
-        changes (a node's searches repeat in every run, and several nodes of a run
-        search its request alike), within a budget of `_SCORED_FLOATS` scores. With
-        ``time``, rows not current then score -1 and scores are weighed by recency
-        as it says.
+        With ``time``, rows not current then score -1 and scores are weighed by
+        recency as it says. With ``wanted``, only the rows that may rank among a
+        query's ``wanted`` best are scored; the others score -1, as if left out.
+        The result's ``wanted`` best rows (and their scores) are those of a full
+        scoring: a row's score is at most its lexical part plus the whole dense
+        weight, so once some rows' exact scores are known, a row whose bound falls
+        below the ``wanted``-th of them cannot rank, and its vector is never read.
+        A query sharing words with the bank thus reads a few vectors, not all (at
+        100k memories, the dense scan is most of a search); a query sharing none
+        reads them all, in one matrix product with the other such queries.
         """
         n = len(self._records)
-        result = np.zeros((len(queries), n), dtype=np.float32)
         if not self._live_count:
-            return result - 1
-        keys = [
-            (query, vector.tobytes()) for query, vector in zip(queries, query_vectors, strict=True)
-        ]
-        missing = []
-        for i, key in enumerate(keys):
-            kept = self._scored.get(key)
-            if kept is None:
-                missing.append(i)
-            else:
-                result[i] = kept
-                self._scored.move_to_end(key)
-        if missing:
-            scored = self._relevance([queries[i] for i in missing], query_vectors[missing], n)
-            result[missing] = scored
-            if n * 2 <= _SCORED_FLOATS:
-                # Copies: a kept row must not hold the whole batch it was scored in.
-                self._scored.update(
-                    (keys[i], row.copy()) for i, row in zip(missing, scored, strict=True)
-                )
-                while len(self._scored) * n > _SCORED_FLOATS:
-                    self._scored.popitem(last=False)
+            return np.full((len(queries), n), -1.0, dtype=np.float32)
+        weight = self.scoring.dense_weight
+        left_out = self._left_out(time, n)
+        recency: np.ndarray | float = 1.0
         if time is not None and time.half_life is not None:
-            result *= self._recency(time.as_of, time.half_life, n)
-        result[:, self._left_out(time, n)] = -1.0
+            recency = self._recency(time.as_of, time.half_life, n)
+        norms = np.linalg.norm(query_vectors, axis=1, keepdims=True)
+        unit = np.divide(query_vectors, norms, out=np.zeros_like(query_vectors), where=norms > 0)
+        result = np.zeros((len(queries), n), dtype=np.float32)
+        if weight < 1:
+            for i, query in enumerate(queries):
+                result[i] = (1 - weight) * self._bm25(query, n)
+        full = list(range(len(queries)))
+        if weight and wanted is not None and 0 < wanted < n:
+            full = []
+            for i in range(len(queries)):
+                rows = self._may_rank(result[i], unit[i], recency, left_out, wanted)
+                if rows is None:
+                    full.append(i)
+                    continue
+                scored = (result[i, rows] + self._dense(unit[i : i + 1], rows)[0]) * (
+                    recency if isinstance(recency, float) else recency[rows]
+                )
+                result[i] = -1.0
+                result[i, rows] = scored
+        if full:
+            part = result[full]
+            if weight:
+                part += self._dense(unit[full], None, n)
+            part *= recency
+            part[:, left_out] = -1.0
+            result[full] = part
         return result
+
+    def _may_rank(
+        self,
+        lexical: np.ndarray,
+        unit: np.ndarray,
+        recency: np.ndarray | float,
+        left_out: np.ndarray,
+        wanted: int,
+    ) -> np.ndarray | None:
+        """The rows whose score may rank among the ``wanted`` best; ``None``: most rows.
+
+        ``lexical`` is each row's weighed lexical part. Scores the rows of the highest
+        bounds exactly, then keeps every row whose bound reaches the ``wanted``-th of
+        those scores.
+        """
+        bound = (lexical + self.scoring.dense_weight) * recency
+        bound[left_out] = -1.0
+        n = len(bound)
+        first = np.argpartition(-bound, min(n, 4 * wanted) - 1)[: 4 * wanted]
+        first = first[bound[first] >= 0]
+        if len(first) < wanted:
+            return None
+        weights = recency if isinstance(recency, float) else recency[first]
+        exact = (lexical[first] + self._dense(unit[None, :], first)[0]) * weights
+        floor = np.partition(exact, len(exact) - wanted)[len(exact) - wanted]
+        # The slack covers float32 rounding of a cosine of (almost) 1.
+        rows = np.flatnonzero(bound >= floor - 1e-6) if floor > 0 else None
+        return None if rows is None or len(rows) > n // 4 else rows
+
+    def _dense(self, unit: np.ndarray, rows: np.ndarray | None, n: int = 0) -> np.ndarray:
+        """The weighed dense part of unit query vectors for ``rows`` (all ``[:n]`` if ``None``)."""
+        floor = self.scoring.dense_floor
+        base = len(self._base_vectors)  # loaded rows (mapped), then those added since
+        if rows is None:
+            cosine = unit @ self._vectors[: n - base].T
+            if base:
+                cosine = np.concatenate([unit @ self._base_vectors.T, cosine], axis=1)
+        else:
+            cosine = np.empty((len(unit), len(rows)), dtype=np.float32)
+            loaded = rows < base
+            cosine[:, loaded] = unit @ self._base_vectors[rows[loaded]].T
+            cosine[:, ~loaded] = unit @ self._vectors[rows[~loaded] - base].T
+        return (self.scoring.dense_weight / (1.0 - floor)) * np.maximum(cosine - floor, 0.0)
 
     def _left_out(self, time: TimeView | None, n: int) -> np.ndarray:
         """The rows ``[:n]`` a search at ``time`` must not return: removed, or not current.
@@ -583,26 +634,6 @@ class BankIndex:
         with np.errstate(over="ignore"):  # a row said after ``as_of``: capped at 1 below
             weighed = np.minimum(decay * factor, 1.0)
         return ((1.0 + weighed) / 2.0).astype(np.float32)
-
-    def _relevance(self, queries: list[str], query_vectors: np.ndarray, n: int) -> np.ndarray:
-        """Each query's score of rows ``[:n]``, before time and liveness count."""
-        result = np.zeros((len(queries), n), dtype=np.float32)
-        weight = self.scoring.dense_weight
-        if weight:
-            norms = np.linalg.norm(query_vectors, axis=1, keepdims=True)
-            unit = np.divide(
-                query_vectors, norms, out=np.zeros_like(query_vectors), where=norms > 0
-            )
-            floor = self.scoring.dense_floor
-            base = len(self._base_vectors)
-            dense = unit @ self._vectors[: n - base].T
-            if base:  # loaded rows (mapped), then those added since
-                dense = np.concatenate([unit @ self._base_vectors.T, dense], axis=1)
-            result += (weight / (1.0 - floor)) * np.maximum(dense - floor, 0.0)
-        if weight < 1:
-            for i, query in enumerate(queries):
-                result[i] += (1 - weight) * self._bm25(query, n)
-        return result
 
     def _bm25(self, query: str, n: int) -> np.ndarray:
         """BM25 of every row for ``query`` over the query's reference (see `Scoring`).

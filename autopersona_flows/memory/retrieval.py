@@ -329,7 +329,11 @@ class MemoryRetriever:
             queries = list(dict.fromkeys(search.query for search in mine))
             taken: dict[str | None, set[str]] = {}
             with self._index(user_id, layer, None if include_past else as_of) as index:
-                scores = index.scores_many(queries, embedded[[row[q] for q in queries]], time)
+                # Enough for every search of the layer, those a label's earlier ones took too.
+                wanted = sum(search.top_k or top_k for search in mine)
+                scores = index.scores_many(
+                    queries, embedded[[row[q] for q in queries]], time, wanted=wanted
+                )
                 for search in mine:
                     held = taken.setdefault(search.label if distinct_per_label else None, set())
                     # A search that nothing before it in the call constrains finds,

@@ -1,6 +1,7 @@
 """Retrieval per layer: relevance, dedup, thresholds, fill-up, freshness and isolation."""
 
 import threading
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -25,8 +26,9 @@ from autopersona_flows.memory import (
     SearchRequest,
 )
 from autopersona_flows.memory.embedders import Embedder
-from autopersona_flows.memory.index import Scoring
+from autopersona_flows.memory.index import BankIndex, Scoring, TimeView
 from autopersona_flows.memory.persisted import BankLog, LogRead
+from autopersona_flows.memory.records import Embedding, MemoryRecord
 from autopersona_flows.memory.updates import embed_records
 
 
@@ -507,31 +509,69 @@ def test_scoring_many_queries_at_once_equals_one_by_one(store: JsonlMemoryStore)
     np.testing.assert_allclose(together, apart, rtol=1e-6)
 
 
-def test_a_query_is_scored_once_until_the_bank_changes_within_a_budget(
-    store: JsonlMemoryStore, monkeypatch: pytest.MonkeyPatch
+_WORDS = (
+    "seat aisle window meal vegan tone terse formal train flight hotel quiet "
+    "dog cat coffee tea morning evening python rust email phone"
+).split()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    memories=st.lists(
+        st.tuples(st.lists(st.sampled_from(_WORDS), min_size=1, max_size=3), st.integers(0, 9)),
+        min_size=60,
+        max_size=200,
+    ),
+    queries=st.lists(st.lists(st.sampled_from([*_WORDS, "unrelated"]), max_size=3), min_size=1),
+    wanted=st.integers(1, 8),
+    removed=st.sets(st.integers(0, 199), max_size=20),
+    half_life=st.sampled_from([None, 3600.0]),
+)
+def test_scoring_only_the_rows_that_may_rank_finds_the_same_best_rows(
+    memories, queries, wanted, removed, half_life
 ) -> None:
-    store.add("ada", PersonaMemory(topic="seat", preference="aisle"))
-    retriever = MemoryRetriever(store)
-    with retriever._index("ada", "persona") as index:
-        scored: list[list[str]] = []
-        relevance = index._relevance
-        monkeypatch.setattr(
-            index, "_relevance", lambda q, v, n: scored.append(q) or relevance(q, v, n)
+    # Any bank, query and recency: the `wanted` best scores equal a full scoring's,
+    # whether or not the bound let most vectors go unread.
+    index = BankIndex(HashingEmbedder(), Scoring())
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    contents = [PersonaMemory(topic=words[0], preference=" ".join(words)) for words, _ in memories]
+    vectors = index.embedder.embed([content.preference for content in contents])
+    records = [
+        MemoryRecord.of(
+            content,
+            stated_at=start + timedelta(hours=hours),
+            embedding=Embedding.of(index.embedder.name, vector),
         )
-    searches = [search("seat"), search("window seat")]
-    first = retriever.retrieve("ada", searches).persona
-    assert retriever.retrieve("ada", searches).persona == first
-    assert retriever.retrieve("ada", [search("window seat"), search("meal")]).persona
-    assert scored == [["seat", "window seat"], ["meal"]]  # each query once
-    store.add("ada", PersonaMemory(topic="seat", preference="window seat"))
-    assert len(retriever.retrieve("ada", searches).persona) == 2  # the new memory found
-    assert scored[-1] == ["seat", "window seat"]
-    # Over the budget (a bank too large to keep scores of), every search scores anew.
-    monkeypatch.setattr("autopersona_flows.memory.index._SCORED_FLOATS", 2)
-    store.add("ada", PersonaMemory(topic="meal", preference="vegetarian"))
-    retriever.retrieve("ada", searches)
-    retriever.retrieve("ada", searches)
-    assert scored[-2:] == [["seat", "window seat"]] * 2
+        for content, (_, hours), vector in zip(contents, memories, vectors, strict=True)
+    ]
+    index.add_records(records)
+    index.remove(records[i].id for i in removed if i < len(records))
+    texts = [" ".join(words) for words in queries]
+    vectors = index.embedder.embed(texts)
+    time = TimeView(as_of=(start + timedelta(hours=12)).timestamp(), half_life=half_life)
+    full = index.scores_many(texts, vectors, time)
+    pruned = index.scores_many(texts, vectors, time, wanted=wanted)
+    for whole, part in zip(full, pruned, strict=True):
+        # Rows are scored exactly (up to float rounding) or left out; the best scores
+        # are the same (rows of equal scores may swap places).
+        assert (np.isclose(part, whole, rtol=1e-5, atol=1e-6) | (part == -1)).all()
+        top = -np.sort(-whole)[:wanted]
+        top = top[top > 0]
+        np.testing.assert_allclose(-np.sort(-part)[: len(top)], top, rtol=1e-5, atol=1e-6)
+
+
+def test_a_query_sharing_words_with_a_large_bank_reads_few_of_its_vectors() -> None:
+    index = BankIndex(HashingEmbedder(), Scoring())
+    filler = [PersonaMemory(topic=f"topic {i}", preference=f"value {i}") for i in range(2000)]
+    index.add_records(embed_records(index.embedder, filler))
+    seats = [PersonaMemory(topic="seat", preference=f"{side} seat") for side in ("aisle", "window")]
+    index.add_records(embed_records(index.embedder, seats))
+    texts = ["which seat", "something else entirely"]
+    scores = index.scores_many(texts, index.embedder.embed(texts), wanted=2)
+    assert sorted(np.argsort(-scores[0])[:2]) == [2000, 2001]
+    assert (scores[0] != -1).sum() < 50  # the bound ruled out the rest unread
+    # Sharing no word (or too few rows doing so), a row may rank by meaning alone: all scored.
+    assert (scores[1] != -1).sum() == 2002
 
 
 def test_answers_learned_at_a_step_follow_updates_and_compaction(store: JsonlMemoryStore) -> None:
