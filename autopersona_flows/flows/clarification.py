@@ -295,12 +295,13 @@ def questions_form(decisions: Sequence[ClarifyDecision]) -> type[RunInput]:
     return create_model("Clarifications", __base__=RunInput, **fields)
 
 
-def form_key(questions: Sequence[tuple[str, ClarifyDecision]], where: str) -> str:
+def form_key(questions: Sequence[tuple[str, ClarifyDecision]]) -> str:
     """The pause key of a form: `clarification_key` of its one question, or of them all."""
     if len(questions) == 1:
         return clarification_key(*questions[0])
     together = " / ".join(f"{node_id}: {d.question}" for node_id, d in questions)
-    return clarification_key(where, ClarifyDecision(question=together))
+    # "start": the name forms of several questions have always had (a stable pause key).
+    return clarification_key("start", ClarifyDecision(question=together))
 
 
 def _suspends(runtime: PersonaRuntime) -> bool:
@@ -374,8 +375,6 @@ def _logger(context: FlowRunContext | None) -> Any:
 def ask_all(
     questions: Sequence[tuple[str, ClarifyDecision]],
     runtime: PersonaRuntime,
-    *,
-    where: str = "start",
 ) -> list[str]:
     """Show the questions (each of a node) in one form and wait for the answers.
 
@@ -390,7 +389,6 @@ def ask_all(
     Args:
         questions: The questions, each with the node asking it.
         runtime: How to wait.
-        where: Names the form of several questions in its pause key (`form_key`).
 
     Returns:
         The answers, in the order of ``questions``.
@@ -398,7 +396,7 @@ def ask_all(
     Raises:
         ClarificationTimeoutError: If nobody answers within ``pause_timeout``.
     """
-    key = form_key(questions, where)
+    key = form_key(questions)
     context = FlowRunContext.get()
     asked = [asked_question(node_id, decision) for node_id, decision in questions]
     user_id = _user_of(questions[0][1], context)
@@ -427,13 +425,11 @@ def ask_all(
     # Never blank: the server refused a blank answer, and loading it through the form
     # would too.
     given = [str(getattr(answer, name)) for name in field_names(decisions)]
-    record_answered(questions, given, where)
+    record_answered(questions, given)
     return given
 
 
-def record_answered(
-    questions: Sequence[tuple[str, ClarifyDecision]], given: Sequence[str], where: str = "start"
-) -> None:
+def record_answered(questions: Sequence[tuple[str, ClarifyDecision]], given: Sequence[str]) -> None:
     """Leave the answered trail: a log line each, the answered event, the artifact's new version.
 
     Called by `ask_all` once the answers are in, and for a suspended run resumed with
@@ -445,7 +441,7 @@ def record_answered(
         _logger(context).info("Answered %r: %r", decision.question, one_answer)
     blocking(create_markdown_artifact)(
         markdown=_artifact(questions, list(given)),
-        key=form_key(questions, where),
+        key=form_key(questions),
         description="Answered: " + " / ".join(given),
     )
     asked = [asked_question(node_id, decision) for node_id, decision in questions]
@@ -512,9 +508,7 @@ def running_again(flow_run_id: UUID) -> None:
         client.set_flow_run_state(flow_run_id, Running(), force=True)
 
 
-def record_defaults(
-    questions: Sequence[tuple[str, ClarifyDecision]], defaults: list[str], where: str = "start"
-) -> None:
+def record_defaults(questions: Sequence[tuple[str, ClarifyDecision]], defaults: list[str]) -> None:
     """Say, in the log and the form's artifact, that nobody answered and defaults were used."""
     context = FlowRunContext.get()
     lines = ["### Nobody answered in time", ""]
@@ -532,7 +526,7 @@ def record_defaults(
         ]
     blocking(create_markdown_artifact)(
         markdown="\n".join(lines),
-        key=form_key(questions, where),
+        key=form_key(questions),
         description="Unanswered: ran with defaults " + " / ".join(defaults),
     )
 

@@ -128,7 +128,7 @@ def _asked(
     """Ask ``questions`` in one form and learn the answers; each node gets those of its own."""
     answered: dict[str, AnsweredQuestion] = {}  # by requirement name, casefolded
     operations: list[dict[str, str]] = []
-    given = settler.ask(questions, user_id, [], where="start")
+    given = settler.ask(questions, user_id, [])
     for (node_id, decision), answer in zip(questions, given, strict=True):
         learned, operation = settler.remember(node_id, "-early", user_id, decision, answer)
         answered[str(decision.requirement).casefold()] = learned

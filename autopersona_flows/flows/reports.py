@@ -28,10 +28,10 @@ class StepCounter:
     clarifications: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
-    def decided(self, count: int = 1) -> None:
-        """Count ``count`` more decisions."""
+    def decided(self) -> None:
+        """Count one more decision."""
         with self._lock:
-            self.decisions += count
+            self.decisions += 1
 
     def asked(self, count: int) -> None:
         """Count ``count`` more questions."""

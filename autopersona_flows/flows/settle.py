@@ -396,13 +396,11 @@ class Settler:
         questions: list[tuple[str, ClarifyDecision]],
         user_id: str,
         in_flight: Sequence[Any],
-        *,
-        where: str = "start",
     ) -> list[Given]:
         """The answers to ``questions`` (each of a node): those kept, the others asked at once.
 
         The questions no earlier run of the episode got an answer to are asked in one
-        form (see `ask_all`; ``where`` names it), as many as the run's question
+        form (see `ask_all`), as many as the run's question
         budget leaves; past it, and when nobody answers in time under ``on_timeout=
         "default"``, a requirement's declared default is used (and kept, so a replay
         runs with it again).
@@ -419,7 +417,7 @@ class Settler:
         heard = [n for n, answer in enumerate(given) if answer is not None and answer.heard]
         if heard:  # answered while this run (or one before it) was suspended
             record_answered(
-                [questions[n] for n in heard], [cast(Given, given[n]).answer for n in heard], where
+                [questions[n] for n in heard], [cast(Given, given[n]).answer for n in heard]
             )
             _share(user_id, [questions[n][1] for n in heard], [given[n] for n in heard])
         missing = [n for n, answer in enumerate(given) if answer is None]
@@ -429,7 +427,7 @@ class Settler:
             given[n] = Given(_default(questions[n][1], "the run's question budget is spent"), True)
         asking = [questions[n] for n in missing[:room]]
         if asking:
-            asked = self._asked(asking, answers, user_id, in_flight, where)
+            asked = self._asked(asking, answers, user_id, in_flight)
             for n, answer in zip(missing[:room], asked, strict=True):
                 given[n] = answer
         for n in missing:
@@ -446,7 +444,6 @@ class Settler:
         answers: EpisodeAnswers,
         user_id: str,
         in_flight: Sequence[Any],
-        where: str,
     ) -> list[Given]:
         """Ask ``asking`` in one form, noting first who asks (see `EpisodeAnswers`)."""
         self.counter.asked(len(asking))
@@ -454,7 +451,7 @@ class Settler:
         for future in in_flight:
             if future.state.is_failed():  # the run fails anyway: ask nobody for it
                 future.result()
-        pause_key = form_key(asking, where)
+        pause_key = form_key(asking)
         key = response_key(pause_key, self.runtime)
         run_id = current_flow_run_id()
         fields = field_names([decision for _, decision in asking])
@@ -468,7 +465,7 @@ class Settler:
             except Exception as exc:  # sharing is a courtesy: the question is asked anyway
                 get_run_logger().warning("Could not note the question for other runs: %s", exc)
         try:
-            return [Given(answer) for answer in ask_all(asking, self.runtime, where=where)]
+            return [Given(answer) for answer in ask_all(asking, self.runtime)]
         except ClarificationTimeoutError:
             if self.runtime.on_timeout != "default":
                 raise
@@ -476,7 +473,7 @@ class Settler:
             # next pause and list the question as pending while the tools run.
             running_again(run_id)
             defaults = [Given(_default(d, "nobody answered in time"), True) for _, d in asking]
-            record_defaults(asking, [g.answer for g in defaults], where)
+            record_defaults(asking, [g.answer for g in defaults])
             return defaults
 
 
