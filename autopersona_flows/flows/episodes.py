@@ -17,7 +17,7 @@ from autopersona_flows.flows.clarification import answer_given
 from autopersona_flows.flows.locks import step_locks
 from autopersona_flows.flows.serializers import OrjsonSerializer
 
-__all__ = ["Asking", "EpisodeAnswers", "Given", "result_store"]
+__all__ = ["Asking", "EpisodeAnswers", "Given", "read_kept", "result_store"]
 
 
 class Asking(BaseModel):
@@ -80,7 +80,7 @@ class EpisodeAnswers:
         return node_cache_key(kind, self.episode_id, node_id, question)
 
     def _read(self, key: str) -> Any:
-        return self._store.read(key).result if self._store.exists(key) else None
+        return read_kept(self._store, key)
 
     def recall(self, node_id: str, user_id: str, decision: ClarifyDecision) -> Given | None:
         """The answer already given to this question in this episode, if any.
@@ -121,6 +121,22 @@ class EpisodeAnswers:
         """Keep the answer to this question (or the default run with) for the episode's replays."""
         value: Any = {"default": given.answer} if given.default else given.answer
         self._store.write(value, key=self._key("answer", node_id, user_id, decision))
+
+
+def read_kept(store: ResultStore, key: str) -> Any:
+    """The value kept under ``key`` in ``store``; ``None`` if nothing is.
+
+    One read when something is kept. Storage blocks say "missing" each in their own
+    way, so a failed read asks `ResultStore.exists` whether anything is there: a
+    record that is there but could not be read raises, rather than pass for nothing
+    kept (which would ask a person again or decide again).
+    """
+    try:
+        return store.read(key).result
+    except Exception:
+        if store.exists(key):
+            raise
+        return None
 
 
 def result_store(storage: Path | WritableFileSystem | None) -> ResultStore:

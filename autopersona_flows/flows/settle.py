@@ -54,7 +54,13 @@ from autopersona_flows.flows.clarification import (
     running_again,
 )
 from autopersona_flows.flows.context import AnsweredQuestion
-from autopersona_flows.flows.episodes import Asking, EpisodeAnswers, Given, result_store
+from autopersona_flows.flows.episodes import (
+    Asking,
+    EpisodeAnswers,
+    Given,
+    read_kept,
+    result_store,
+)
 from autopersona_flows.flows.locks import step_locks
 from autopersona_flows.flows.options import PRE_HOOK_OPTIONS, build_task
 from autopersona_flows.flows.reports import StepCounter
@@ -317,9 +323,8 @@ class Settler:
         return node_cache_key(kind, self.episode_id, node_id, inputs)
 
     def _read(self, key: str) -> Decision | None:
-        if not self._results.exists(key):
-            return None
-        return parse_decision(self._results.read(key).result)
+        kept = read_kept(self._results, key)
+        return None if kept is None else parse_decision(kept)
 
     def _once(self, key: str, work: Callable[[], Decision | None]) -> Decision:
         """The decision kept under ``key``, or ``work()``'s, kept there.

@@ -17,12 +17,13 @@ import prefect.settings as ps
 import pytest
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import StateType
+from prefect.filesystems import LocalFileSystem
 
 from autopersona_flows.agent import ClarifyDecision, Requirement
 from autopersona_flows.errors import ClarificationTimeoutError
 from autopersona_flows.flows import TaskGraph, TaskNode, answer_clarification, run_persona_graph
 from autopersona_flows.flows.clarification import clarification_key
-from autopersona_flows.flows.episodes import Asking, EpisodeAnswers
+from autopersona_flows.flows.episodes import Asking, EpisodeAnswers, Given
 from autopersona_flows.memory import JsonlMemoryStore
 
 REPO = Path(__file__).resolve().parents[2]
@@ -224,3 +225,31 @@ def test_runs_asking_at_once_are_all_noted(tmp_path: Path) -> None:
     key = answers._key("asking", "draft", "ada", decision)
     noted = {entry["flow_run_id"] for entry in answers._read(key)}
     assert noted == {str(a.flow_run_id) for a in askings}
+
+
+class _FlakyReads(LocalFileSystem):
+    """Local storage whose next ``fail`` reads of a kept record fail, as a network store's may."""
+
+    _block_type_slug = "autopersona-test-flaky-reads"
+    fail: int = 0
+
+    def read_path(self, path: str, _sync: bool | None = None) -> bytes:
+        if self.fail and Path(self.basepath, path).exists():
+            self.fail -= 1
+            raise OSError("connection reset")
+        return LocalFileSystem.read_path(self, path, _sync=True)
+
+
+def test_an_answer_kept_but_unreadable_for_a_moment_is_not_taken_for_no_answer(
+    tmp_path: Path,
+) -> None:
+    # Taken for "nothing kept", a passing read error would ask the person again.
+    storage = _FlakyReads(basepath=str(tmp_path / "results"))
+    decision = ClarifyDecision(question="Which citation style?", options=["APA", "MLA"])
+    answers = EpisodeAnswers(storage, "episode-1")
+    assert answers.recall("draft", "ada", decision) is None  # nothing kept: no answer
+    answers.keep("draft", "ada", decision, Given("MLA"))
+    storage.fail = 1
+    with pytest.raises(OSError, match="connection reset"):
+        answers.recall("draft", "ada", decision)
+    assert answers.recall("draft", "ada", decision) == Given("MLA")
