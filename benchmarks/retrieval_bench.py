@@ -118,8 +118,6 @@ from pathlib import Path
 
 import numpy as np
 from _common import (
-    BACKENDS,
-    NAMES,
     PostgresSkipped,
     add_postgres_argument,
     alternating,
@@ -632,6 +630,10 @@ def report(rows: list[Row], colds: list[Cold], counts: Counts, load: tuple[float
 PG_SIZE = 10_000
 PG_USER = "bench-pg"
 PG_BLOCK = 25  # timed retrieves in a row on one store; the blocks alternate between the stores
+PG_BANKS = 40  # banks a worker serves in the resident-memory probe
+PG_BANK_SIZE = 1_000
+PG_MODES = ("jsonl", "postgres", "postgres-db")
+PG_NAMES = {"jsonl": "JSONL", "postgres": "PG memory", "postgres-db": "PG in db"}
 # A memory in words the generated bank never uses, so one retrieve can tell whether it is seen.
 NEEDLE = PersonaMemory(
     topic="quokka census",
@@ -641,9 +643,18 @@ NEEDLE = PersonaMemory(
 NEEDLE_QUERY = "quokka census tallies, zebra-striped"
 
 
+def open_mode(mode: str, target: str) -> MemoryStore:
+    """A new store object of a mode: JSONL, or PostgreSQL searched in memory or in the database."""
+    if mode == "postgres-db":
+        from autopersona_flows.memory.postgres import PostgresMemoryStore
+
+        return PostgresMemoryStore(target, search="database")
+    return open_store(mode, target)
+
+
 @dataclass
 class PostgresRetrieval:
-    """The PostgreSQL section's measurements; every dict is keyed by backend."""
+    """The PostgreSQL section's measurements; every dict is keyed by mode."""
 
     where: str
     fill: dict[str, float] = field(default_factory=dict)  # seconds to store the bank
@@ -651,6 +662,8 @@ class PostgresRetrieval:
     warm_up: dict[str, float] = field(default_factory=dict)  # ms, first call of the retriever
     steady: dict[str, list[float]] = field(default_factory=dict)  # ms
     pickup: dict[str, tuple[int, int, bool]] = field(default_factory=dict)
+    agree: tuple[int, int] = (0, 0)  # in-database top 3 equal to JSONL's (scores), of queries
+    memory: dict[str, dict[str, float]] = field(default_factory=dict)  # mode -> MB
 
 
 def time_cold(targets: dict[str, str], repeats: int, seed: int) -> dict[str, list[float]]:
@@ -659,9 +672,9 @@ def time_cold(targets: dict[str, str], repeats: int, seed: int) -> dict[str, lis
     cold: dict[str, list[float]] = {name: [] for name in targets}
     for i in range(repeats):
         for name, target in alternating(targets, i):
-            store = open_store(name, target)  # connects on its first call, inside the clock
+            store = open_mode(name, target)  # connects on its first call, inside the clock
             start = time.perf_counter()
-            MemoryRetriever(store).retrieve(PG_USER, search, TOP_K)
+            MemoryRetriever(store, HashingEmbedder()).retrieve(PG_USER, search, TOP_K)
             cold[name].append((time.perf_counter() - start) * 1e3)
             close_store(store)
     return cold
@@ -683,23 +696,61 @@ def check_pickup(
     return before, len(store.list(PG_USER, "persona")), first
 
 
+def worker_memory(dsn: str, mode: str) -> dict[str, float]:
+    """The resident memory a fresh worker adds serving `PG_BANKS` banks (MB), in a new process."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--pg-memory-probe", dsn, mode],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def pg_memory_probe(dsn: str, mode: str) -> None:
+    """Print the worker's resident memory after its first bank and after all of them (JSON)."""
+    store = open_mode(mode, dsn)
+    retriever = MemoryRetriever(store, HashingEmbedder())
+    searches = [[SearchRequest(layer="persona", query=text)] for text in queries(11, 5)]
+
+    def serve(bank: int) -> None:
+        for search in searches:
+            retriever.retrieve(f"{PG_USER}-{bank}", search, TOP_K)
+
+    serve(0)
+    gc.collect()
+    first = _memory_mb()["RssAnon"]
+    for bank in range(1, PG_BANKS):
+        serve(bank)
+    gc.collect()
+    held = {"first": first, "all": _memory_mb()["RssAnon"]}
+    held["index_estimate"] = retriever.cached_bytes() / 2**20
+    print(json.dumps(held))
+
+
 def compare_postgres(
     dsn: str, where: str, folder: Path, args: argparse.Namespace
 ) -> PostgresRetrieval:
-    """Fill both stores alike, then time retrieves over them side by side."""
-    targets = {"jsonl": str(folder), "postgres": dsn}
-    stores = {name: open_store(name, target) for name, target in targets.items()}
+    """Fill the stores alike, then time retrieves over them side by side."""
+    targets = {"jsonl": str(folder), "postgres": dsn, "postgres-db": dsn}
+    stores = {name: open_mode(name, target) for name, target in targets.items()}
     run = PostgresRetrieval(where)
     try:
-        for name, store in stores.items():
+        for name in ("jsonl", "postgres"):  # one PostgreSQL bank, searched both ways
             progress(f"postgres section: storing {PG_SIZE:,} embedded memories in {name} ...")
-            run.fill[name] = fill_bank(store, PG_USER, PG_SIZE, args.seed + PG_SIZE)
+            run.fill[name] = fill_bank(stores[name], PG_USER, PG_SIZE, args.seed + PG_SIZE)
+        run.fill["postgres-db"] = run.fill["postgres"]
+        # What autovacuum does within a minute of such a fill: without statistics the
+        # planner reads a whole bank for a lookup by id, in every mode.
+        stores["postgres"]._conn().execute("ANALYZE")  # type: ignore[attr-defined]
 
         progress(f"postgres section: {args.cold_repeats} cold starts on each store ...")
         run.cold = time_cold(targets, args.cold_repeats, args.seed + 1)
 
         progress(f"postgres section: warm-up + {args.queries} retrieves on each store ...")
-        retrievers = {name: MemoryRetriever(store) for name, store in stores.items()}
+        retrievers = {
+            name: MemoryRetriever(store, HashingEmbedder()) for name, store in stores.items()
+        }
         searches = [
             [SearchRequest(layer="persona", query=text)]
             for text in queries(args.seed + 2 * PG_SIZE, args.queries + 1)
@@ -715,13 +766,25 @@ def compare_postgres(
                 run.steady[name] += [
                     timed(partial(retriever.retrieve, PG_USER, search, TOP_K)) for search in block
                 ]
+        same = 0
+        for search in searches[1:]:
+            ours = retrievers["postgres-db"].retrieve(PG_USER, search, TOP_K).persona
+            theirs = retrievers["jsonl"].retrieve(PG_USER, search, TOP_K).persona
+            same += [round(m.score, 5) for m in ours] == [round(m.score, 5) for m in theirs]
+        run.agree = (same, len(searches) - 1)
 
         for name, store in stores.items():
-            other = open_store(name, targets[name])
+            other = open_mode(name, targets[name])
             try:
                 run.pickup[name] = check_pickup(store, retrievers[name], other)
             finally:
                 close_store(other)
+
+        progress(f"postgres section: {PG_BANKS} banks of {PG_BANK_SIZE:,}, one worker each way ...")
+        for bank in range(PG_BANKS):
+            fill_bank(stores["postgres"], f"{PG_USER}-{bank}", PG_BANK_SIZE, args.seed + bank)
+        stores["postgres"]._conn().execute("ANALYZE")  # type: ignore[attr-defined]
+        run.memory = {mode: worker_memory(dsn, mode) for mode in ("postgres", "postgres-db")}
     finally:
         for store in stores.values():
             close_store(store)
@@ -733,29 +796,36 @@ def report_postgres(run: PostgresRetrieval) -> None:
     print()
     print(
         f"PostgreSQL beside JSONL ({run.where}, in a fresh schema): {PG_SIZE:,} embedded persona "
-        "memories in each store, stored with add_many"
+        "memories in each store, stored with add_many; PostgreSQL searched by an index in the "
+        "worker (PG memory) and in the database (PG in db, search='database'); every retriever "
+        "uses the HashingEmbedder the memories were embedded with"
     )
     header = (
-        f"{'store':>8} | {'stored in s':>11} | {'cold ms':>9} | {'warm-up ms':>10} | "
+        f"{'store':>9} | {'stored in s':>11} | {'cold ms':>9} | {'warm-up ms':>10} | "
         f"{'p50 ms':>8} | {'p95 ms':>8} | {'calls':>5}"
     )
     print(header)
     print("-" * len(header))
-    for name in BACKENDS:
+    for name in PG_MODES:
         steady = run.steady[name]
         cold = statistics.median(run.cold[name])
         print(
-            f"{NAMES[name]:>8} | {run.fill[name]:>11.1f} | {cold:>9.1f} | "
+            f"{PG_NAMES[name]:>9} | {run.fill[name]:>11.1f} | {cold:>9.1f} | "
             f"{run.warm_up[name]:>10.1f} | {statistics.median(steady):>8.3f} | "
             f"{percentile(steady, 0.95):>8.3f} | {len(steady):>5}"
         )
-    jsonl, pg = run.steady["jsonl"], run.steady["postgres"]
-    cold = statistics.median(run.cold["postgres"]) / statistics.median(run.cold["jsonl"])
-    print(
-        f"Postgres / JSONL: p50 {statistics.median(pg) / statistics.median(jsonl):.2f}x, "
-        f"p95 {percentile(pg, 0.95) / percentile(jsonl, 0.95):.2f}x, cold {cold:.2f}x "
-        "(above 1: Postgres slower)"
-    )
+    jsonl = run.steady["jsonl"]
+    for name in ("postgres", "postgres-db"):
+        pg = run.steady[name]
+        cold = statistics.median(run.cold[name]) / statistics.median(run.cold["jsonl"])
+        p50 = statistics.median(pg) / statistics.median(jsonl)
+        print(
+            f"{PG_NAMES[name]} / JSONL: p50 {p50:.2f}x, "
+            f"p95 {percentile(pg, 0.95) / percentile(jsonl, 0.95):.2f}x, cold {cold:.2f}x "
+            "(above 1: PostgreSQL slower; bar for PG in db: p95 <= 2x)"
+        )
+    same, asked = run.agree
+    print(f"PG in db: top {TOP_K} with the JSONL store's scores, in order: {same}/{asked} queries")
     repeats = len(run.cold["jsonl"])
     print(
         f"cold: the first retrieve on a new store object and retriever (for Postgres with its "
@@ -764,8 +834,15 @@ def report_postgres(run: PostgresRetrieval) -> None:
     )
     for name, (before, after, first) in run.pickup.items():
         print(
-            f"a write by another {NAMES[name]} store object: {before:,} -> {after:,} records; "
+            f"a write by another {PG_NAMES[name]} store object: {before:,} -> {after:,} records; "
             f"the next retrieve ranks it first: {'yes' if first else 'NO'}"
+        )
+    for name, held in run.memory.items():
+        print(
+            f"a fresh {PG_NAMES[name]} worker serving {PG_BANKS} banks of {PG_BANK_SIZE:,}: "
+            f"resident {held['first']:.1f} MB after the first bank, {held['all']:.1f} MB after all "
+            f"(+{held['all'] - held['first']:.1f} MB; its indexes' own estimate "
+            f"{held['index_estimate']:.1f} MB)"
         )
 
 
@@ -844,5 +921,8 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--memory-probe"]:  # a child of `resident_memory`: records nothing
         memory_probe(*sys.argv[2:5])
+        sys.exit(0)
+    if sys.argv[1:2] == ["--pg-memory-probe"]:  # a child of `worker_memory`: records nothing
+        pg_memory_probe(*sys.argv[2:4])
         sys.exit(0)
     sys.exit(recorded("retrieval_bench", main))

@@ -40,10 +40,10 @@ import hashlib
 import secrets
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, TypeVar
 
 from autopersona_flows.errors import (
     DuplicateMemoryError,
@@ -53,7 +53,7 @@ from autopersona_flows.errors import (
     MemoryStoreError,
     StoreUnavailableError,
 )
-from autopersona_flows.memory.protocol import ChangeSet, Erasure
+from autopersona_flows.memory.protocol import ChangeSet, Erasure, Found
 from autopersona_flows.memory.provenance import Provenance
 from autopersona_flows.memory.records import (
     LAYERS,
@@ -68,12 +68,20 @@ from autopersona_flows.memory.records import (
 from autopersona_flows.memory.snapshots import MemoryChange, MemorySnapshot
 from autopersona_flows.memory.users import check_user_id
 
+if TYPE_CHECKING:
+    import numpy as np
+
+    from autopersona_flows.memory.embedders import Embedder
+    from autopersona_flows.memory.index import Scoring, TimeView
+
 try:
     import psycopg
 except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError(
         "PostgresMemoryStore needs psycopg 3: pip install 'autopersona-flows[postgres]'"
     ) from exc
+
+from autopersona_flows.memory import postgres_index, postgres_search  # after psycopg's message
 
 __all__ = ["PostgresMemoryStore"]
 
@@ -204,16 +212,31 @@ class PostgresMemoryStore:
     Args:
         dsn: A libpq connection string or URL, e.g.
             ``postgresql://user:password@127.0.0.1:5432/memory``.
+        search: Where `MemoryRetriever` searches this store's banks. ``"memory"``
+            (the default): each worker keeps an index of every bank it serves,
+            following the change feed, and ranks exactly as the JSONL store does.
+            ``"database"``: PostgreSQL's full-text index recalls candidates and the
+            worker scores only those (`autopersona_flows.memory.postgres_search`):
+            workers share one index and hold nothing per bank, within the tolerance
+            ``docs/retrieval.md`` states. Needs PostgreSQL 14 or later, no extension.
 
     Each thread uses its own connection, opened on its first call; a connection of a
     thread that has ended is closed when another is opened. `close` closes them all.
 
     Raises:
         MemoryStoreError: If ``dsn`` is not a valid address (the message never quotes
-            it), or, on first use, the database cannot be reached or set up.
+            it) or ``search`` is neither ``"memory"`` nor ``"database"``, or, on first
+            use, the database cannot be reached or set up.
     """
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, *, search: Literal["memory", "database"] = "memory") -> None:
+        if search not in ("memory", "database"):
+            raise MemoryStoreError(
+                f"search must be 'memory' (an index per worker) or 'database' (PostgreSQL's "
+                f"full-text index), got {search!r}"
+            )
+        self.search = search
+        self._searcher = postgres_search.DatabaseSearch(self._checked, self._refresh)
         try:
             info = psycopg.conninfo.conninfo_to_dict(dsn)
         except psycopg.Error:
@@ -270,9 +293,15 @@ class PostgresMemoryStore:
     def _setup(self, conn: psycopg.Connection[Any]) -> None:
         if self._ready:
             return
+        if self.search == "database" and conn.info.server_version < 140000:
+            raise MemoryStoreError(
+                f"search='database' needs PostgreSQL 14 or later (bit_count); this server is "
+                f"{conn.info.server_version // 10000}: upgrade it or use search='memory'"
+            )
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
             conn.execute(_SCHEMA)
+            conn.execute(postgres_index.SCHEMA)
         self._ready = True
 
     def _discard(self) -> None:
@@ -317,20 +346,26 @@ class PostgresMemoryStore:
     def _verify(self, conn: psycopg.Connection[Any], user: bytes, layer: str) -> None:
         """Check every row and change of a bank written elsewhere; unmark it if sound.
 
+        Its search columns and statistics are then written again from the records:
+        what wrote the rows did not keep them.
+
         Raises:
             MemoryStoreCorruptionError: Naming the first row that is not a sound record
                 (or change) of the layer.
         """
-        for memory_id, raw in conn.execute(
-            "SELECT id, record FROM autopersona_memories WHERE user_id = %s AND layer = %s",
-            (user, layer),
-        ):
+        records = [
             _record(raw, f"{self!r} {layer} memory {memory_id!r}", layer)
+            for memory_id, raw in conn.execute(
+                "SELECT id, record FROM autopersona_memories WHERE user_id = %s AND layer = %s",
+                (user, layer),
+            ).fetchall()
+        ]
         for seq, raw in conn.execute(
             "SELECT seq, change FROM autopersona_history WHERE user_id = %s AND layer = %s",
             (user, layer),
         ):
             _change(raw, f"{self!r} {layer} change {seq}", layer)
+        postgres_index.reindex(conn, user, layer, records, full=True)
         conn.execute(
             "UPDATE autopersona_banks SET unverified = false WHERE user_id = %s AND layer = %s",
             (user, layer),
@@ -408,17 +443,32 @@ class PostgresMemoryStore:
         """
         last = self._next_seq(conn, user, layer, len(records))
         first = last - len(records) + 1
+        prefix = postgres_index.bank_prefix(user, layer)
+        columns = [postgres_index.SearchColumns.of(r, prefix) for r in records]
         with conn.cursor() as cursor:
             cursor.executemany(
-                "INSERT INTO autopersona_memories (user_id, layer, id, position, seq, record)"
-                " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING id",
+                "INSERT INTO autopersona_memories (user_id, layer, id, position, seq, record,"  # noqa: S608 - constant SQL, values are parameters
+                f" {postgres_index.COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s,"
+                f" {postgres_index.PLACEHOLDERS}) ON CONFLICT DO NOTHING RETURNING id",
                 [
-                    (user, layer, r.id, first + i, first + i, r.model_dump_json().encode())
-                    for i, r in enumerate(records)
+                    (
+                        user,
+                        layer,
+                        r.id,
+                        first + i,
+                        first + i,
+                        r.model_dump_json().encode(),
+                        *c.values,
+                    )
+                    for i, (r, c) in enumerate(zip(records, columns, strict=True))
                 ],
                 returning=True,
             )
-            return {row[0] for _ in cursor.results() for row in cursor.fetchall()}
+            stored = {row[0] for _ in cursor.results() for row in cursor.fetchall()}
+        postgres_index.count_in(
+            conn, user, layer, [c for r, c in zip(records, columns, strict=True) if r.id in stored]
+        )
+        return stored
 
     def _all(
         self, conn: psycopg.Connection[Any], user: bytes, layer: str
@@ -491,11 +541,17 @@ class PostgresMemoryStore:
                 provenance=provenance,
             )
             self._remember(conn, user, layer, seq, change)
-            conn.execute(
-                "UPDATE autopersona_memories SET record = %s, seq = %s"
-                " WHERE user_id = %s AND layer = %s AND id = %s",
-                (after.model_dump_json().encode(), seq, user, layer, memory_id),
+            postgres_index.count_out(conn, user, layer, [memory_id])
+            columns = postgres_index.SearchColumns.of(
+                after, postgres_index.bank_prefix(user, layer)
             )
+            conn.execute(
+                f"UPDATE autopersona_memories SET (record, seq, {postgres_index.COLUMNS})"  # noqa: S608 - constant SQL, values are parameters
+                f" = ROW(%s, %s, {postgres_index.PLACEHOLDERS})"
+                " WHERE user_id = %s AND layer = %s AND id = %s",
+                (after.model_dump_json().encode(), seq, *columns.values, user, layer, memory_id),
+            )
+            postgres_index.count_in(conn, user, layer, [columns])
         return after
 
     @_reachable
@@ -521,6 +577,7 @@ class PostgresMemoryStore:
                 provenance=provenance,
             )
             self._remember(conn, user, layer, seq, change)
+            postgres_index.count_out(conn, user, layer, [memory_id])
             conn.execute(
                 "DELETE FROM autopersona_memories WHERE user_id = %s AND layer = %s AND id = %s",
                 (user, layer, memory_id),
@@ -596,6 +653,109 @@ class PostgresMemoryStore:
         live = {record.id for record in records}
         gone = list(dict.fromkeys(memory_id for (memory_id,) in deleted if memory_id not in live))
         return ChangeSet(cursor=cursor, full=False, records=records, deleted=gone)
+
+    @_reachable
+    def search_bank(
+        self,
+        user_id: str,
+        layer: MemoryLayer,
+        queries: Sequence[str],
+        vectors: np.ndarray,
+        *,
+        embedder: Embedder,
+        scoring: Scoring,
+        time: TimeView,
+        wanted: int,
+    ) -> builtins.list[builtins.list[Found]] | None:
+        """Search a bank in the database; see `SearchableStore.search_bank`.
+
+        ``None`` unless the store was made with ``search="database"``.
+        """
+        if self.search != "database":
+            return None
+        user, layer = self._key(user_id, layer)
+        return self._searcher.run(
+            self._conn(),
+            user,
+            layer,
+            queries,
+            vectors,
+            embedder=embedder,
+            scoring=scoring,
+            time=time,
+            wanted=wanted,
+        )
+
+    @_reachable
+    def find_in_bank(
+        self, user_id: str, layer: MemoryLayer, content: LayerContent
+    ) -> builtins.list[MemoryRecord] | None:
+        """Records equal to ``content``; see `SearchableStore.find_in_bank`."""
+        if self.search != "database":
+            return None
+        user, layer = self._key(user_id, layer)
+        self._ensure_indexed(user, layer)
+        rows = postgres_index.find(self._conn(), user, layer, as_content(content, layer))
+        return [self._checked(bytes(row[3]), layer) for row in rows]
+
+    @_reachable
+    def learned_in_bank(
+        self, user_id: str, contexts: Sequence[str]
+    ) -> builtins.list[MemoryRecord] | None:
+        """Persona records learned at ``contexts``; see `SearchableStore.learned_in_bank`."""
+        if self.search != "database":
+            return None
+        user, layer = self._key(user_id, "persona")
+        self._ensure_indexed(user, layer)
+        rows = postgres_index.learned_at(self._conn(), user, contexts)
+        return [self._checked(bytes(row[3]), layer) for row in rows]
+
+    @_reachable
+    def holding_in_bank(
+        self, user_id: str, layer: MemoryLayer, words: Sequence[str]
+    ) -> builtins.list[MemoryRecord] | None:
+        """Records holding any of ``words``; see `SearchableStore.holding_in_bank`."""
+        if self.search != "database":
+            return None
+        user, layer = self._key(user_id, layer)
+        self._ensure_indexed(user, layer)
+        rows = postgres_index.holding(self._conn(), user, layer, words)
+        return [self._checked(bytes(row[3]), layer) for row in rows]
+
+    def _ensure_indexed(self, user: bytes, layer: str) -> None:
+        """Index a bank's rows written without their search columns, if it has any."""
+        state = (
+            self._conn()
+            .execute(
+                "SELECT b.unverified OR EXISTS (SELECT FROM autopersona_memories m"
+                " WHERE m.user_id = b.user_id AND m.layer = b.layer AND m.lexemes IS NULL)"
+                " FROM autopersona_banks b WHERE b.user_id = %s AND b.layer = %s",
+                (user, layer),
+                prepare=True,
+            )
+            .fetchone()
+        )
+        if state is not None and state[0]:
+            self._refresh(user, layer)
+
+    def _checked(self, raw: bytes, layer: str) -> MemoryRecord:
+        return _record(raw, f"{self!r} {layer}", layer)
+
+    def _refresh(self, user: bytes, layer: str) -> None:
+        """Index the rows of a bank a search cannot use yet, under the bank's lock.
+
+        Rows written elsewhere are checked and indexed whole (`_verify`); rows from
+        before the search columns existed get them, and count in the statistics.
+        """
+        with self._write(user, layer) as conn:
+            rows = conn.execute(
+                "SELECT record FROM autopersona_memories"
+                " WHERE user_id = %s AND layer = %s AND lexemes IS NULL",
+                (user, layer),
+            ).fetchall()
+            records = [_record(raw, f"{self!r} {layer}", layer) for (raw,) in rows]
+            if records:
+                postgres_index.reindex(conn, user, layer, records, full=False)
 
     @contextmanager
     def locked(self, user_id: str, layer: MemoryLayer) -> Iterator[None]:
@@ -681,6 +841,11 @@ class PostgresMemoryStore:
             if existing and not replace:
                 raise MemoriesExistError(snapshot.user_id, existing)
             conn.execute("DELETE FROM autopersona_memories WHERE user_id = %s", (user,))
+            conn.execute("DELETE FROM autopersona_terms WHERE user_id = %s", (user,))
+            conn.execute(
+                "UPDATE autopersona_banks SET live = 0, total_length = 0 WHERE user_id = %s",
+                (user,),
+            )
             for layer in LAYERS:
                 records = snapshot.memories[layer]
                 generation = secrets.token_hex(8)
@@ -721,9 +886,10 @@ class PostgresMemoryStore:
                     "DELETE FROM autopersona_memories WHERE user_id = %s",
                     "DELETE FROM autopersona_history WHERE user_id = %s",
                     "DELETE FROM autopersona_banks WHERE user_id = %s",
+                    "DELETE FROM autopersona_terms WHERE user_id = %s",  # words of its memories
                 )
             ]
-        memories, changes, _ = counts
+        memories, changes, _, _ = counts
         return Erasure(user_id, found=any(counts), memories=memories, changes=changes)
 
 

@@ -7,13 +7,21 @@ from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
 from autopersona_flows.memory.provenance import Provenance
 from autopersona_flows.memory.records import Embedding, LayerContent, MemoryLayer, MemoryRecord
 from autopersona_flows.memory.snapshots import MemoryChange, MemorySnapshot
 
-__all__ = ["ChangeSet", "Erasure", "MemoryStore"]
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import numpy as np
+
+    from autopersona_flows.memory.embedders import Embedder
+    from autopersona_flows.memory.index import Scoring, TimeView
+
+__all__ = ["ChangeSet", "Erasure", "Found", "MemoryStore", "SearchableStore"]
 
 
 @dataclass(frozen=True)
@@ -220,5 +228,82 @@ class MemoryStore(Protocol):
 
         Raises:
             SnapshotError: If the user already has memories and ``replace`` is false.
+        """
+        ...
+
+
+class Found(NamedTuple):
+    """A record a store's own search found, and its score (see `Scoring`)."""
+
+    score: float
+    record: MemoryRecord
+
+
+@runtime_checkable
+class SearchableStore(Protocol):
+    """A store that can search its banks itself, so that a worker holds no index of them.
+
+    `MemoryRetriever` asks it first, for searches and lookups of the bank as it is
+    now (an ``as_of`` look back is answered by an index built for the call); ``None``
+    sends it to its own in-memory index. Buried records (`MemoryRecord.buried_at`)
+    are never returned, as the index leaves them out.
+    """
+
+    def search_bank(
+        self,
+        user_id: str,
+        layer: MemoryLayer,
+        queries: Sequence[str],
+        vectors: np.ndarray,
+        *,
+        embedder: Embedder,
+        scoring: Scoring,
+        time: TimeView,
+        wanted: int,
+    ) -> builtins.list[builtins.list[Found]] | None:
+        """Return each query's best current records in a bank, best first.
+
+        Args:
+            user_id: Whose bank.
+            layer: Which bank.
+            queries: The query texts.
+            vectors: Their embeddings by ``embedder``, one row per query.
+            embedder: The retriever's embedder: stored vectors of another are
+                refused (`EmbeddingMismatchError`) unless it is ``local``.
+            scoring: How a record's score is made, as `BankIndex` makes it.
+            time: Which records are current and how recency weighs.
+            wanted: At most this many records per query, each scoring above 0.
+
+        Returns:
+            One list per query, of at most ``wanted`` records, best first; or
+            ``None`` if this store leaves searching to the retriever's index.
+        """
+        ...
+
+    def find_in_bank(
+        self, user_id: str, layer: MemoryLayer, content: LayerContent
+    ) -> builtins.list[MemoryRecord] | None:
+        """Return the records whose content equals ``content``, expired ones too, oldest first.
+
+        ``None`` if this store leaves lookups to the retriever's index (as for each
+        method below).
+        """
+        ...
+
+    def learned_in_bank(
+        self, user_id: str, contexts: Sequence[str]
+    ) -> builtins.list[MemoryRecord] | None:
+        """Return the persona records learned at any of ``contexts`` (compared normalised).
+
+        In the order of ``contexts``, then oldest first; expired ones too.
+        """
+        ...
+
+    def holding_in_bank(
+        self, user_id: str, layer: MemoryLayer, words: Sequence[str]
+    ) -> builtins.list[MemoryRecord] | None:
+        """Return the records holding every term (`terms`) of any of ``words``.
+
+        Latest said first (`MemoryRecord.at`, then id); expired ones too.
         """
         ...

@@ -3,7 +3,9 @@
 `MemoryRetriever` scores each memory by a blend of embedding cosine and BM25 (see
 `Scoring` for what a score means), over an in-memory index per (user, layer)
 that follows the store's change feed: a write is visible to the very next
-retrieval, and a retrieval embeds only its queries, never the bank.
+retrieval, and a retrieval embeds only its queries, never the bank. A store that
+searches itself (`SearchableStore`, e.g. ``PostgresMemoryStore(dsn,
+search="database")``) answers instead, and the retriever then holds no index.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from collections.abc import Hashable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any
+from functools import partial
+from typing import Annotated, Any, Protocol
 
 import numpy as np
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
@@ -24,7 +27,7 @@ from autopersona_flows.errors import RetrievalError
 from autopersona_flows.memory.embedders import Embedder, check_vectors, default_embedder
 from autopersona_flows.memory.index import BankIndex, Scoring, TimeView
 from autopersona_flows.memory.persisted import BankLog
-from autopersona_flows.memory.protocol import ChangeSet, MemoryStore
+from autopersona_flows.memory.protocol import ChangeSet, Found, MemoryStore
 from autopersona_flows.memory.records import LAYERS, LayerContent, MemoryLayer, MemoryRecord
 from autopersona_flows.memory.users import check_user_id
 
@@ -328,12 +331,18 @@ class MemoryRetriever:
             mine = [search for search in searches if search.layer == layer]
             queries = list(dict.fromkeys(search.query for search in mine))
             taken: dict[str | None, set[str]] = {}
-            with self._index(user_id, layer, None if include_past else as_of) as index:
-                # Enough for every search of the layer, those a label's earlier ones took too.
-                wanted = sum(search.top_k or top_k for search in mine)
-                scores = index.scores_many(
-                    queries, embedded[[row[q] for q in queries]], time, wanted=wanted
-                )
+            # Enough for every search of the layer, those a label's earlier ones took too.
+            wanted = sum(search.top_k or top_k for search in mine)
+            vectors = embedded[[row[q] for q in queries]]
+            with self._ranked(
+                user_id,
+                layer,
+                queries,
+                vectors=vectors,
+                time=time,
+                wanted=wanted,
+                as_of=None if include_past else as_of,
+            ) as (cursor, ranked):
                 for search in mine:
                     held = taken.setdefault(search.label if distinct_per_label else None, set())
                     # A search that nothing before it in the call constrains finds,
@@ -342,7 +351,7 @@ class MemoryRetriever:
                     key = (
                         (
                             user_id,
-                            index.cursor,
+                            cursor,
                             search,
                             top_k,
                             min_similarity,
@@ -355,10 +364,9 @@ class MemoryRetriever:
                     )
                     top = None if found_before is None or key is None else found_before.get(key)
                     if top is None:
-                        top = self._top(
-                            index,
+                        top = ranked(
                             search,
-                            scores=scores[queries.index(search.query)],
+                            queries.index(search.query),
                             top_k=search.top_k or top_k,
                             min_similarity=min_similarity,
                             taken=held,
@@ -371,6 +379,70 @@ class MemoryRetriever:
             found[layer].sort(key=lambda scored: -scored.score)
         return MemoryBundle.model_construct(None, **found)
 
+    @contextmanager
+    def _ranked(
+        self,
+        user_id: str,
+        layer: MemoryLayer,
+        queries: list[str],
+        *,
+        vectors: np.ndarray,
+        time: TimeView,
+        wanted: int,
+        as_of: datetime | None,
+    ) -> Iterator[tuple[str | None, _Ranked]]:
+        """The bank's state and a picker of each query's results, from the store or an index.
+
+        A store that searches itself (`SearchableStore`) answers searches of the bank
+        as it is; an index answers the rest (and every search of other stores).
+        """
+        search_bank = getattr(self.store, "search_bank", None)
+        found = None
+        if search_bank is not None and as_of is None:
+            found = search_bank(
+                user_id,
+                layer,
+                queries,
+                vectors,
+                embedder=self.embedder,
+                scoring=self.scoring,
+                time=time,
+                wanted=wanted,
+            )
+        if found is not None:
+            yield "store", partial(self._top_found, found)
+            return
+        with self._index(user_id, layer, as_of) as index:
+            scores = index.scores_many(queries, vectors, time, wanted=wanted)
+
+            def ranked(search: SearchRequest, query: int, **picking: Any) -> list[ScoredMemory]:
+                return self._top(index, search, scores=scores[query], **picking)
+
+            yield index.cursor, ranked
+
+    @staticmethod
+    def _top_found(
+        found: list[list[Found]],
+        search: SearchRequest,
+        query: int,
+        *,
+        top_k: int,
+        min_similarity: float,
+        taken: set[str],
+    ) -> list[ScoredMemory]:
+        """`_top` over what a store's search found (best first, each scoring above 0)."""
+        results: list[ScoredMemory] = []
+        for score, record in found[query]:
+            if score <= 0.0 or score < min_similarity or len(results) == top_k:
+                break
+            if record.id in taken:
+                continue
+            taken.add(record.id)
+            results.append(
+                ScoredMemory.model_construct(record=record, score=min(score, 1.0), search=search)
+            )
+        return results
+
     def load(self, user_id: str, layers: Sequence[MemoryLayer] = LAYERS) -> None:
         """Bring the user's indexes up to date now (the first retrieval would otherwise).
 
@@ -378,7 +450,23 @@ class MemoryRetriever:
         pays for reading a bank from the store.
         """
         check_user_id(user_id)
+        search_bank = getattr(self.store, "search_bank", None)
         for layer in layers:
+            if search_bank is not None:
+                # A store that searches itself indexes what it has not yet, and holds it.
+                nothing = np.zeros((0, self.embedder.dim), dtype=np.float32)
+                searched = search_bank(
+                    user_id,
+                    layer,
+                    [],
+                    nothing,
+                    embedder=self.embedder,
+                    scoring=self.scoring,
+                    time=time_view(),
+                    wanted=1,
+                )
+                if searched is not None:
+                    continue
             with self._index(user_id, layer):
                 pass
 
@@ -394,7 +482,8 @@ class MemoryRetriever:
         way, and so do the decisions of a graph's nodes, which search its request
         alike: they see one bank, and are not slowed by system calls, each of which
         gives up the GIL. Blocks nest; a write by this thread inside one is not seen
-        until the block ends.
+        until the block ends. A store that searches itself (`SearchableStore`) is
+        asked at each search that is not made again: those see the bank as it is.
         """
         outer = getattr(self._reads, "block", None)
         if outer is None:
@@ -441,6 +530,11 @@ class MemoryRetriever:
         wanted = tuple(sorted({word for word in words if word.strip()}))
         if not wanted:
             return []
+        holding_in_bank = getattr(self.store, "holding_in_bank", None)
+        if as_of is None and holding_in_bank is not None:
+            held = holding_in_bank(user_id, layer, wanted)
+            if held is not None:
+                return _current(held)
         with self._index(user_id, layer, as_of) as index:
             at = None if as_of is None else as_of.timestamp()
             rows = index.current(index.containing(wanted), at)
@@ -459,6 +553,11 @@ class MemoryRetriever:
         wanted = [context for context in contexts if context.strip()]
         if not wanted:
             return []
+        learned_in_bank = getattr(self.store, "learned_in_bank", None)
+        if as_of is None and learned_in_bank is not None:
+            learned = learned_in_bank(user_id, wanted)
+            if learned is not None:
+                return _current(learned)
         with self._index(user_id, "persona", as_of) as index:
             return _current(index.learned_at(wanted), as_of)
 
@@ -473,6 +572,10 @@ class MemoryRetriever:
     ) -> list[MemoryRecord]:
         """The user's memories in ``layer`` equal to ``content``, expired ones too, oldest first."""
         check_user_id(user_id)
+        find_in_bank = getattr(self.store, "find_in_bank", None)
+        found = None if find_in_bank is None else find_in_bank(user_id, layer, content)
+        if found is not None:
+            return found
         with self._index(user_id, layer) as index:
             return index.find(content)
 
@@ -558,6 +661,20 @@ class MemoryRetriever:
         index = BankIndex(self.embedder, self.scoring)
         index.apply(ChangeSet(cursor="as-of", full=True, records=list(records.values())))
         return index
+
+
+class _Ranked(Protocol):
+    """Picks a search's results from a layer's ranking (see `MemoryRetriever._ranked`)."""
+
+    def __call__(
+        self,
+        search: SearchRequest,
+        query: int,
+        *,
+        top_k: int,
+        min_similarity: float,
+        taken: set[str],
+    ) -> list[ScoredMemory]: ...
 
 
 @dataclass

@@ -60,3 +60,23 @@ def test_testing_surface_is_deliberate_and_prefect_free() -> None:
         "'Question', 'RecordingTool', 'ScriptedPolicy', 'ToolCall', 'UnansweredQuestionError', "
         "'UnscriptedNodeError', 'answering', 'assert_same_memories', 'recording_tool'] False"
     )
+
+
+class TestPostgresDatabaseSearchConformance(TestPostgresConformance):
+    """The same contract with searching in the database, whose writes keep its search columns.
+
+    Its ranking against the JSONL store's: tests/memory/test_postgres_search.py.
+    """
+
+    @pytest.fixture
+    def store(self, postgres_schema: str) -> Iterator[MemoryStore]:
+        from autopersona_flows.memory.postgres import PostgresMemoryStore
+
+        with PostgresMemoryStore(postgres_schema, search="database") as store:
+            yield store
+
+    @pytest.fixture
+    def reopen(self, postgres_schema: str) -> Callable[[], MemoryStore]:
+        from autopersona_flows.memory.postgres import PostgresMemoryStore
+
+        return lambda: PostgresMemoryStore(postgres_schema, search="database")

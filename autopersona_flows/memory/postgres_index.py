@@ -1,0 +1,295 @@
+"""What PostgreSQL keeps so that it can search a bank itself: columns, statistics, lookups.
+
+Every row of ``autopersona_memories`` carries what a search needs, written in the
+transaction that writes the record (see `SearchColumns`):
+
+* ``lexemes``, a ``tsvector`` of the record's own `terms` (the analyzer of the
+  in-memory index, so both engines see the same words), each term's positions
+  ``1..tf`` so that the vector holds its frequency, and each lexeme prefixed by a
+  digest of its bank (`bank_prefix`): a plain GIN index on the column finds a
+  bank's rows holding some words, without an extension, reading that bank's
+  entries only; an empty vector for a buried record, ``NULL`` for a row written
+  before these columns (or by something else), which `reindex` fills;
+* ``length`` (its term count; ``NULL`` for a buried record, which no search
+  returns), ``tfmax`` (its highest term frequency), the unit ``vector`` of its
+  stored embedding with the embedder's ``model``, a 256-bit ``sketch`` of that
+  vector (signs of a fixed projection), its time (``stated_at``, ``valid_until``)
+  as POSIX seconds, its content ``digest`` and its ``contexts`` (GIN-indexed).
+
+``autopersona_banks`` keeps each bank's live count and total length and
+``autopersona_terms`` each term's document frequency (`count_in`, `count_out`), so
+BM25 is computed with the bank's own statistics, as `BankIndex` computes it. The
+lookups (`find`, `learned_at`, `holding`) answer what `BankIndex` answers by id,
+content and words. `autopersona_flows.memory.postgres_search` ranks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from autopersona_flows.memory.index import content_digest
+from autopersona_flows.memory.records import MemoryRecord
+from autopersona_flows.memory.text import memory_text, normalise, terms
+
+__all__ = [
+    "COLUMNS",
+    "PLACEHOLDERS",
+    "PREFIX_LENGTH",
+    "SCHEMA",
+    "SearchColumns",
+    "bank_prefix",
+    "count_in",
+    "count_out",
+    "find",
+    "holding",
+    "learned_at",
+    "quote",
+    "reindex",
+    "sketch",
+]
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS autopersona_terms (
+    user_id bytea NOT NULL,
+    layer text NOT NULL,
+    term text NOT NULL,
+    df bigint NOT NULL,
+    PRIMARY KEY (user_id, layer, term)
+);
+DO $$ BEGIN
+    -- Only when missing: adding columns locks the table against running writers.
+    IF NOT EXISTS (
+        SELECT FROM information_schema.columns WHERE table_schema = current_schema()
+        AND table_name = 'autopersona_memories' AND column_name = 'lexemes'
+    ) THEN  -- rows of an older version keep NULL lexemes until a search indexes them
+        ALTER TABLE autopersona_memories
+            ADD COLUMN lexemes tsvector, ADD COLUMN length integer, ADD COLUMN tfmax integer,
+            ADD COLUMN vector bytea, ADD COLUMN model text, ADD COLUMN sketch bit(256),
+            ADD COLUMN stated_at double precision, ADD COLUMN valid_until double precision,
+            ADD COLUMN digest text, ADD COLUMN contexts text[];
+        ALTER TABLE autopersona_banks
+            ADD COLUMN live bigint NOT NULL DEFAULT 0,
+            ADD COLUMN total_length bigint NOT NULL DEFAULT 0;
+        -- fastupdate off: a pending list would be scanned by every search until vacuumed
+        CREATE INDEX autopersona_memories_lexemes ON autopersona_memories
+            USING gin (lexemes) WITH (fastupdate = off);
+        CREATE INDEX autopersona_memories_digest ON autopersona_memories (user_id, layer, digest);
+        CREATE INDEX autopersona_memories_contexts ON autopersona_memories USING gin (contexts);
+        CREATE INDEX autopersona_memories_unindexed ON autopersona_memories (user_id, layer)
+            WHERE lexemes IS NULL;
+    END IF;
+END $$;
+"""
+
+COLUMNS = "lexemes, length, tfmax, vector, model, sketch, stated_at, valid_until, digest, contexts"
+PLACEHOLDERS = "%s::tsvector, %s, %s, %s, %s, %s::bit(256), %s, %s, %s, %s"
+
+_SKETCH_BITS = 256
+_MAX_POSITIONS = 256  # what a tsvector keeps per lexeme: higher frequencies count as 256
+_MAX_LEXEME = 2046  # bytes; a longer "word" is left out of the tsvector
+
+
+def bank_prefix(user: bytes, layer: str) -> str:
+    """What a bank's lexemes start with: 64 bits of a digest of user and layer, and ``_``.
+
+    Each bank thus has lexemes of its own, and a search reads the GIN index's
+    entries of its bank only, however many others the table holds.
+    """
+    return hashlib.sha256(user + b"\0" + layer.encode()).hexdigest()[:16] + "_"
+
+
+PREFIX_LENGTH = 17  # characters of `bank_prefix`
+
+
+def quote(lexeme: str) -> str:
+    """``lexeme`` as a quoted tsvector or tsquery lexeme."""
+    return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+@lru_cache(maxsize=8)
+def _projection(dim: int) -> np.ndarray:
+    """A fixed ±1 matrix (bits x dim), the same in every process and version."""
+    needed = _SKETCH_BITS * dim
+    stream = b"".join(
+        hashlib.sha256(f"autopersona-sketch:{dim}:{i}".encode()).digest()
+        for i in range((needed + 255) // 256)
+    )
+    bits = np.unpackbits(np.frombuffer(stream, dtype=np.uint8))[:needed]
+    return (bits.astype(np.float32) * 2.0 - 1.0).reshape(_SKETCH_BITS, dim)
+
+
+def sketch(unit: np.ndarray) -> str:
+    """The sketch of a unit vector: which side of each fixed hyperplane it lies on."""
+    signs = _projection(len(unit)) @ unit.astype(np.float32) > 0
+    return "".join("1" if bit else "0" for bit in signs.tolist())
+
+
+@dataclass(frozen=True)
+class SearchColumns:
+    """What a row holds for searches (see the module docstring), and its distinct terms."""
+
+    values: tuple[Any, ...]
+    terms: tuple[str, ...]
+    length: int | None
+
+    @classmethod
+    def of(cls, record: MemoryRecord, prefix: str) -> SearchColumns:
+        """The columns of ``record`` in the bank whose lexemes start with ``prefix``."""
+        at = record.at.timestamp()
+        until = record.valid_until.timestamp() if record.valid_until else None
+        if record.buried_at is not None:  # indexed (not NULL), never found, never counted
+            return cls(("", None, None, None, None, None, at, until, None, None), (), None)
+        counts = Counter(terms(memory_text(record.content)))
+        kept = {t: n for t, n in counts.items() if len(t.encode()) <= _MAX_LEXEME}
+        lexemes = " ".join(
+            f"{quote(prefix + t)}:{','.join(map(str, range(1, min(n, _MAX_POSITIONS) + 1)))}"
+            for t, n in kept.items()
+        )
+        vector = model = signs = None
+        if record.embedding is not None:
+            values = record.embedding.array().astype(np.float64)  # float32 squares overflow
+            norm = float(np.linalg.norm(values))
+            unit = (values / norm if norm > 0 else values).astype(np.float32)
+            vector, model, signs = (
+                unit.astype("<f4").tobytes(),
+                record.embedding.model,
+                sketch(unit),
+            )
+        length = sum(counts.values())
+        tfmax = max(counts.values(), default=1)
+        contexts = sorted({normalise(c) for c in getattr(record.content, "contexts", ())})
+        digest = content_digest(record.content)
+        row = (lexemes, length, tfmax, vector, model, signs, at, until, digest, contexts or None)
+        return cls(row, tuple(kept), length)
+
+
+def count_in(conn: Any, user: bytes, layer: str, rows: Sequence[SearchColumns]) -> None:
+    """Add rows to their bank's statistics (in the transaction that writes them)."""
+    live = [row for row in rows if row.length is not None]
+    if not live:
+        return
+    conn.execute(
+        "INSERT INTO autopersona_terms (user_id, layer, term, df)"
+        " SELECT %s, %s, term, count(*) FROM unnest(%s::text[]) AS term GROUP BY term"
+        " ON CONFLICT (user_id, layer, term) DO UPDATE SET df = autopersona_terms.df + EXCLUDED.df",
+        (user, layer, [term for row in live for term in row.terms]),
+    )
+    conn.execute(
+        "UPDATE autopersona_banks SET live = live + %s, total_length = total_length + %s"
+        " WHERE user_id = %s AND layer = %s",
+        (len(live), sum(row.length or 0 for row in live), user, layer),
+    )
+
+
+def count_out(conn: Any, user: bytes, layer: str, ids: Sequence[str]) -> None:
+    """Take stored rows out of their bank's statistics (before they change or go)."""
+    left = conn.execute(
+        "WITH gone AS (SELECT lexemes, length FROM autopersona_memories"
+        "   WHERE user_id = %(user)s AND layer = %(layer)s AND id = ANY(%(ids)s)"
+        "   AND length IS NOT NULL),"
+        " counted AS (SELECT substr(lexeme, %(cut)s) AS term, count(*) AS n"
+        "   FROM gone, unnest(tsvector_to_array(lexemes)) AS lexeme GROUP BY lexeme),"
+        " bank AS (UPDATE autopersona_banks SET live = live - (SELECT count(*) FROM gone),"
+        "   total_length = total_length - (SELECT coalesce(sum(length), 0) FROM gone)"
+        "   WHERE user_id = %(user)s AND layer = %(layer)s)"
+        " UPDATE autopersona_terms t SET df = t.df - counted.n FROM counted"
+        " WHERE t.user_id = %(user)s AND t.layer = %(layer)s AND t.term = counted.term"
+        " RETURNING t.term, t.df",
+        {"user": user, "layer": layer, "ids": list(ids), "cut": PREFIX_LENGTH + 1},
+    ).fetchall()
+    unused = [term for term, df in left if df <= 0]
+    if unused:  # a word no live memory holds is not kept (a deleted one's stay in its history)
+        conn.execute(
+            "DELETE FROM autopersona_terms WHERE user_id = %s AND layer = %s AND term = ANY(%s)",
+            (user, layer, unused),
+        )
+
+
+def reindex(
+    conn: Any, user: bytes, layer: str, records: Sequence[MemoryRecord], *, full: bool
+) -> None:
+    """Write the search columns of ``records`` (stored rows) and count them in.
+
+    With ``full`` the bank's statistics start over from these records (they must
+    then be the whole bank); otherwise they must be rows not indexed yet.
+    """
+    if full:
+        conn.execute(
+            "DELETE FROM autopersona_terms WHERE user_id = %s AND layer = %s", (user, layer)
+        )
+        conn.execute(
+            "UPDATE autopersona_banks SET live = 0, total_length = 0"
+            " WHERE user_id = %s AND layer = %s",
+            (user, layer),
+        )
+    prefix = bank_prefix(user, layer)
+    rows = [SearchColumns.of(record, prefix) for record in records]
+    with conn.cursor() as cursor:
+        cursor.executemany(
+            f"UPDATE autopersona_memories SET ({COLUMNS}) = ROW({PLACEHOLDERS})"  # noqa: S608 - constant SQL, values are parameters
+            " WHERE user_id = %s AND layer = %s AND id = %s",
+            [(*row.values, user, layer, r.id) for row, r in zip(rows, records, strict=True)],
+        )
+    count_in(conn, user, layer, rows)
+
+
+_ORDERED = "m.id, m.position, m.stated_at, m.record"
+
+
+def find(conn: Any, user: bytes, layer: str, content: Any) -> list[tuple[Any, ...]]:
+    """The rows (id, position, stated_at, record) of unburied records equal to ``content``."""
+    return conn.execute(
+        f"SELECT {_ORDERED} FROM autopersona_memories m WHERE m.user_id = %s AND m.layer = %s"  # noqa: S608 - constant SQL, values are parameters
+        " AND m.digest = %s ORDER BY m.position",
+        (user, layer, content_digest(content)),
+        prepare=True,
+        binary=True,
+    ).fetchall()
+
+
+def learned_at(conn: Any, user: bytes, contexts: Sequence[str]) -> list[tuple[Any, ...]]:
+    """The rows of unburied persona records learned at any of ``contexts`` (normalised).
+
+    In the order of ``contexts``, then of the bank, as `BankIndex.learned_at` lists them.
+    """
+    wanted = list(dict.fromkeys(normalise(context) for context in contexts))
+    rows = conn.execute(
+        f"SELECT {_ORDERED}, m.contexts FROM autopersona_memories m"  # noqa: S608 - constant SQL, values are parameters
+        " WHERE m.contexts && %s::text[] AND m.user_id = %s AND m.layer = 'persona'",
+        (wanted, user),
+        prepare=True,
+        binary=True,
+    ).fetchall()
+    order = {context: i for i, context in enumerate(wanted)}
+    rank = {row[0]: min(order[c] for c in row[4] if c in order) for row in rows}
+    return sorted((row[:4] for row in rows), key=lambda row: (rank[row[0]], row[1]))
+
+
+def holding(conn: Any, user: bytes, layer: str, words: Sequence[str]) -> list[tuple[Any, ...]]:
+    """The rows of unburied records holding every term of any of ``words``, latest said first.
+
+    Ordered by when each was said, then id, as `BankIndex.containing` orders them.
+    """
+    prefix = bank_prefix(user, layer)
+    wanted = [sorted(set(terms(word))) for word in words]
+    query = " | ".join(
+        "(" + " & ".join(quote(prefix + term) for term in word) + ")" for word in wanted if word
+    )
+    if not query:
+        return []
+    rows = conn.execute(
+        f"SELECT {_ORDERED}, m.user_id FROM autopersona_memories m"  # noqa: S608 - constant SQL, values are parameters
+        " WHERE m.lexemes @@ %s::tsquery AND m.layer = %s",
+        (query, layer),
+        prepare=True,
+        binary=True,
+    ).fetchall()
+    mine = [row[:4] for row in rows if bytes(row[4]) == user]  # the prefix is 64 bits only
+    return sorted(mine, key=lambda row: (row[2], row[0]), reverse=True)
