@@ -6,6 +6,7 @@ import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from autopersona_flows.errors import MemoryStoreError, SnapshotError
 from autopersona_flows.memory.jsonl import JsonlMemoryStore
@@ -24,18 +25,29 @@ def open_store(address: str | os.PathLike[str]) -> MemoryStore:
     Args:
         address: ``postgresql://user:password@host:port/db`` (also ``postgres://`` or
             ``postgresql+driver://``) for a `PostgresMemoryStore` (the ``postgres``
-            extra); ``jsonl:FOLDER`` or a folder path for a `JsonlMemoryStore`.
+            extra), with ``?search=database`` for its search inside PostgreSQL (the
+            other query parameters go to libpq); ``jsonl:FOLDER`` or a folder path
+            for a `JsonlMemoryStore`.
 
     Raises:
         MemoryStoreError: If ``address`` looks like another kind of URL or a libpq
-            keyword string: it would otherwise become a local folder of that name.
+            keyword string (it would otherwise become a local folder of that name),
+            or its ``search`` is neither ``memory`` nor ``database``.
     """
     text = os.fspath(address)
     if match := _POSTGRES.match(text):
         # Imported here: it needs the postgres extra, which a JSONL user may not have.
         from autopersona_flows.memory.postgres import PostgresMemoryStore  # noqa: PLC0415
 
-        return PostgresMemoryStore("postgresql://" + text[match.end() :])
+        dsn = "postgresql://" + text[match.end() :]
+        url = urlsplit(dsn)
+        query = parse_qsl(url.query, keep_blank_values=True)
+        search = [value for key, value in query if key == "search"]
+        if not search:
+            return PostgresMemoryStore(dsn)
+        libpq = urlencode([(key, value) for key, value in query if key != "search"])
+        dsn = urlunsplit(url._replace(query=libpq))
+        return PostgresMemoryStore(dsn, search=search[-1])  # type: ignore[arg-type]  # checked there
     if text.startswith("jsonl:"):
         return JsonlMemoryStore(Path(text.removeprefix("jsonl:")).expanduser())
     if "://" in text or _KEYWORDS.match(text):

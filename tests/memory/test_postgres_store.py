@@ -310,6 +310,17 @@ def test_bad_addresses_are_store_errors_that_never_quote_a_password() -> None:
     for address in ("host=db password=s3cret dbname=memory", "s3://bucket/memory"):
         with pytest.raises(MemoryStoreError, match="unsupported store address"):
             open_store(address)
+    with pytest.raises(MemoryStoreError, match="search must be 'memory'"):
+        open_store("postgresql://ap:s3cret@db/memory?search=fulltext")
+
+
+def test_an_address_turns_on_searching_inside_postgresql_and_keeps_libpq_parameters() -> None:
+    # Settings and the CLI give a store by its address: search=database must be sayable there.
+    store = open_store("postgresql://ap:s3cret@db/memory?sslmode=disable&search=database")
+    assert isinstance(store, PostgresMemoryStore)
+    assert store.search == "database"
+    assert store._dsn == "postgresql://ap:s3cret@db/memory?sslmode=disable"  # libpq's own
+    assert open_store("postgresql://ap:s3cret@db/memory").search == "memory"
 
 
 def test_rows_of_another_layer_and_bad_rows_are_corruption_not_validation_errors(
