@@ -5,8 +5,8 @@ decided on, the decision and the answers. It is dumped to JSON once, as the run
 task's keyed parameter (`NodeCall.parameters`), and read back once, in the run task
 (`run_call`), which builds the tool's `NodeContext` from it and calls the tool. The
 run task receives the call and the tool, nothing else: it never decides, and it
-holds nothing of what submitted it. Its result is a `NodeRun`: the tool's output
-and which attempt produced it.
+holds nothing of what submitted it. Its result is the tool's output and which
+attempt produced it, ``{"output": ..., "attempt": n}`` (see `_finished`).
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ from autopersona_flows.memory.records import LAYERS, JsonValue, check_json
 
 __all__ = [
     "NodeCall",
-    "NodeRun",
     "RunTool",
     "as_json",
     "is_async",
@@ -119,21 +118,6 @@ class NodeCall(BaseModel):
             tools=self.tools,
             declared=[requirement.name for requirement in self.requirements],
         )
-
-
-class NodeRun(BaseModel):
-    """What a run task returns (as its dump): the tool's output, and the attempt it came from.
-
-    Attributes:
-        output: The tool's output, a JSON value.
-        attempt: 1 for the first run, 2 for its first retry, and so on: a run's
-            tools executed as many times as the attempts of its runs not cached.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    output: JsonValue
-    attempt: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,7 +220,13 @@ def _started(
 
 
 def _finished(call: NodeCall, tool: RunTool, output: Any) -> Any:
-    """A graph node's `NodeRun`, dumped; a `persona_task`'s output alone."""
+    """What the run task returns: a `persona_task`'s output alone, or a graph node's run.
+
+    A graph node's run is ``{"output": ..., "attempt": n}``: the tool's output (a JSON
+    value) and the attempt that produced it, 1 for the first run, 2 for its first
+    retry, and so on: a run's tools executed as many times as the attempts of its
+    runs not cached.
+    """
     output = json_output(output, f"the output of {call.node.id!r}")
     if tool.arguments is not None:
         return output

@@ -22,7 +22,7 @@ import logging
 import math
 import secrets
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -336,8 +336,8 @@ class BankIndex:
     def _maybe_compact(self) -> None:
         dead = len(self._records) - self._live_count
         if dead > max(1024, self._live_count):
-            rows = np.flatnonzero(self._live[: len(self._records)]).tolist()
-            live = self._records_at(rows)
+            rows = np.flatnonzero(self._live[: len(self._records)])
+            live = self._records_at(rows.tolist())
             vectors = self._vectors_at(rows)  # kept: nothing is embedded twice
             where = [(int(a), int(b)) for a, b in self._where[rows]]
             reader = self.reader
@@ -349,13 +349,23 @@ class BankIndex:
         """The records at live rows (only a removed row holds ``None``)."""
         return cast("list[MemoryRecord]", [self.record(row) for row in rows])
 
-    def _vectors_at(self, rows: list[int] | slice) -> np.ndarray:
-        """The (unit) vectors of ``rows``, loaded or added."""
+    def _vectors_at(self, rows: np.ndarray) -> np.ndarray:
+        """The (unit) vectors of ``rows``, in their order."""
+        vectors = np.empty((len(rows), self.embedder.dim), dtype=np.float32)
+        for held, part in self._by_part(rows):
+            vectors[held] = part
+        return vectors
+
+    def _by_part(self, rows: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Gather the vectors of ``rows`` from each part: (which of ``rows``, their vectors).
+
+        The loaded (mapped) part, then the part added since: only the rows asked for
+        are copied, never the two parts joined whole.
+        """
         base = len(self._base_vectors)
-        if not base:
-            return self._vectors[rows]
-        added = self._vectors[: len(self._records) - base]
-        return np.concatenate([self._base_vectors, added])[rows]
+        loaded = rows < base
+        yield loaded, self._base_vectors[rows[loaded]]
+        yield ~loaded, self._vectors[rows[~loaded] - base]
 
     def _vectors_of(self, records: list[MemoryRecord]) -> np.ndarray:
         vectors = np.zeros((len(records), self.embedder.dim), dtype=np.float32)
@@ -581,9 +591,8 @@ class BankIndex:
                 cosine = np.concatenate([unit @ self._base_vectors.T, cosine], axis=1)
         else:
             cosine = np.empty((len(unit), len(rows)), dtype=np.float32)
-            loaded = rows < base
-            cosine[:, loaded] = unit @ self._base_vectors[rows[loaded]].T
-            cosine[:, ~loaded] = unit @ self._vectors[rows[~loaded] - base].T
+            for held, part in self._by_part(rows):
+                cosine[:, held] = unit @ part.T
         return (self.scoring.dense_weight / (1.0 - floor)) * np.maximum(cosine - floor, 0.0)
 
     def _left_out(self, time: TimeView | None, n: int) -> np.ndarray:
@@ -756,10 +765,14 @@ class BankIndex:
 
     # -- saving and loading ------------------------------------------------------------
 
-    def state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    def state(self, since: int = 0) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """What `load` needs to rebuild this index: arrays, and small values.
 
         Only for an index whose every row lies in a bank file (see `reader`).
+
+        Args:
+            since: The first row whose vector is given (``vectors``): those before it
+                are saved already, and copying them would cost the whole bank.
         """
         n = len(self._records)
         if n and int(self._where[:n].min()) < 0:
@@ -771,7 +784,7 @@ class BankIndex:
         rows = np.concatenate([r for r, _ in postings]) if postings else np.zeros(0, np.int64)
         tfs = np.concatenate([t for _, t in postings]) if postings else np.zeros(0, np.float32)
         arrays = {
-            "vectors": self._vectors_at(slice(0, n)),
+            "vectors": self._vectors_at(np.arange(since, n)),
             "live": self._live[:n],
             "lengths": self._lengths[:n],
             "at": self._at[:n],

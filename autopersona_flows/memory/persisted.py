@@ -376,20 +376,20 @@ class BankLog:
         # Only the holder of the index lock writes these: any left over are a crash's.
         for stale in self.bank.folder.glob(f".{path.name}.*.tmp"):
             stale.unlink(missing_ok=True)
-        arrays, values = index.state()
-        vectors = arrays.pop("vectors")
-        rows = len(vectors)
         header = log.read(0, 4096)
         start = header.find(b"\n") + 1
-        token, done = self._previous(path, values["layout"], index.embedder)
+        token, done = self._previous(path, index.layout, index.embedder)
         if token is None:
             token, done = secrets.token_hex(8), 0
+        arrays, values = index.state(since=done)
+        vectors = arrays.pop("vectors")  # rows from ``done`` on: what the file lacks
+        rows = len(arrays["live"])
         target = self._vectors_path(index.embedder, token)
         fd = self.bank.root.open(target, os.O_WRONLY | os.O_CREAT)
         try:
             os.ftruncate(fd, done * index.embedder.dim * 4)  # rows past the count: a crash
             os.lseek(fd, 0, os.SEEK_END)
-            write_all(fd, np.ascontiguousarray(vectors[done:], dtype="<f4").tobytes())
+            write_all(fd, np.ascontiguousarray(vectors, dtype="<f4").tobytes())
             os.fsync(fd)
         finally:
             os.close(fd)

@@ -20,6 +20,7 @@ from autopersona_flows.memory._banks import LogEntry, scan_entries
 from autopersona_flows.memory.index import BankIndex, Scoring
 from autopersona_flows.memory.persisted import BankLog
 from autopersona_flows.memory.records import MemoryRecord
+from autopersona_flows.memory.updates import embed_records
 from autopersona_flows.memory.users import user_key
 
 USER = "ada"
@@ -92,6 +93,46 @@ def test_a_saved_index_scores_exactly_as_one_built_in_memory(tmp_path: Path, see
     assert len(loaded) == len(expected)
 
 
+def test_rows_of_the_loaded_and_the_added_part_read_the_vectors_built_in_memory() -> None:
+    # A loaded index keeps its saved (mapped) vectors apart from those added since;
+    # scoring few rows and compacting gather from both, rows asked for in any order.
+    embedder = HashingEmbedder()
+    contents = [PersonaMemory(topic=f"topic {i}", preference=f"value {i}") for i in range(1200)]
+    seats = [100, 500, 700, 1100]  # two in each part
+    for row in seats:
+        contents[row] = PersonaMemory(topic="seat", preference=f"seat {row}")
+    records = embed_records(embedder, contents)
+    by_id = {record.id: record for record in records}
+    saved = BankIndex(embedder, Scoring())
+    saved.add_records(records[:600], where=[(row, 1) for row in range(600)])
+    arrays, values = saved.state()
+    for array in arrays.values():
+        array.setflags(write=False)  # as mapped from the saved files
+    index = BankIndex(embedder, Scoring())
+    index.load(arrays, values)
+    index.reader = lambda offset, length, memory_id: by_id[memory_id]
+    index.add_records(records[600:], where=[(row, 1) for row in range(600, 1200)])
+    expected = BankIndex(embedder, Scoring())
+    expected.add_records(records)
+
+    # Searches mostly ask for rows in order: ask in one mixing both parts.
+    rows = np.random.default_rng(3).permutation(1200)[:300]
+    assert 0 < np.count_nonzero(rows < 600) < len(rows)
+    np.testing.assert_array_equal(index._vectors_at(rows), expected._vectors_at(rows))
+    unit = embedder.embed(["which seat", "value 42"])
+    np.testing.assert_allclose(index._dense(unit, rows), expected._dense(unit, rows), atol=1e-6)
+    scores = index.scores_many(["which seat"], unit[:1], wanted=4)[0]
+    assert (scores != -1).sum() < 50  # scored few rows, the seats of both parts among them
+    assert sorted(np.argsort(-scores)[:4].tolist()) == seats
+    full = expected.scores_many(["which seat"], unit[:1])[0]
+    np.testing.assert_allclose(scores[seats], full[seats], atol=1e-6)
+
+    index.remove(record.id for record in records[50:1150])  # more dead rows than live ones
+    expected.remove(record.id for record in records[50:1150])
+    assert index.size == len(index) == 100  # compacted
+    assert _scores(index, "which seat") == pytest.approx(_scores(expected, "which seat"))
+
+
 def test_a_fresh_process_reads_only_what_the_saved_index_does_not_cover(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -121,6 +162,34 @@ def test_a_fresh_process_reads_only_what_the_saved_index_does_not_cover(
     assert bundle.persona[0].record.content.topic == "quokka"
     assert scanned == [1]  # the bank's lines past the saved index: the one add
     assert len(read_back) <= 1  # the hit read back, and nothing else of the bank's records
+
+
+def test_a_saved_index_saved_again_appends_its_new_vectors_and_is_served(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = random.Random(9)
+    store = JsonlMemoryStore(tmp_path)
+    _fill(store, rng, 40)
+    _fresh(tmp_path)  # saved
+    folder = tmp_path / "users" / user_key(USER)
+    (vectors,) = folder.glob("persona.*.vectors")
+    size = vectors.stat().st_size
+    _fill(store, rng, 20)
+    _fresh(tmp_path)  # loads it, reads the rest, and saves again
+    assert list(folder.glob("persona.*.vectors")) == [vectors]
+    assert vectors.stat().st_size > size  # the new rows, appended
+    scanned: list[int] = []
+
+    def scan(data: bytes, *args: Any) -> tuple[list[LogEntry], int]:
+        entries, end = scan_entries(data, *args)
+        scanned.append(len(entries))
+        return entries, end
+
+    monkeypatch.setattr(persisted, "scan_entries", scan)
+    loaded = _fresh(tmp_path)
+    assert scanned == [0]  # served: nothing past the second save is read
+    for query in ["seat", "vegan meal on the train"]:
+        assert _scores(loaded, query) == pytest.approx(_scores(_in_memory(store), query), abs=1e-6)
 
 
 def _saved_then_changed(tmp_path: Path) -> JsonlMemoryStore:
