@@ -53,7 +53,7 @@ from autopersona_flows.errors import (
     MemoryStoreError,
     StoreUnavailableError,
 )
-from autopersona_flows.memory.protocol import ChangeSet, Erasure, Found
+from autopersona_flows.memory.protocol import BankSearch, ChangeSet, Erasure, Found
 from autopersona_flows.memory.provenance import Provenance
 from autopersona_flows.memory.records import (
     LAYERS,
@@ -69,10 +69,7 @@ from autopersona_flows.memory.snapshots import MemoryChange, MemorySnapshot
 from autopersona_flows.memory.users import check_user_id
 
 if TYPE_CHECKING:
-    import numpy as np
-
-    from autopersona_flows.memory.embedders import Embedder
-    from autopersona_flows.memory.index import Scoring, TimeView
+    pass
 
 try:
     import psycopg
@@ -342,6 +339,7 @@ class PostgresMemoryStore:
             if unverified:
                 self._verify(conn, user, layer)
             yield conn
+            postgres_index.pack_if_due(conn, user, layer)
 
     def _verify(self, conn: psycopg.Connection[Any], user: bytes, layer: str) -> None:
         """Check every row and change of a bank written elsewhere; unmark it if sound.
@@ -656,16 +654,7 @@ class PostgresMemoryStore:
 
     @_reachable
     def search_bank(
-        self,
-        user_id: str,
-        layer: MemoryLayer,
-        queries: Sequence[str],
-        vectors: np.ndarray,
-        *,
-        embedder: Embedder,
-        scoring: Scoring,
-        time: TimeView,
-        wanted: int,
+        self, user_id: str, layer: MemoryLayer, search: BankSearch
     ) -> builtins.list[builtins.list[Found]] | None:
         """Search a bank in the database; see `SearchableStore.search_bank`.
 
@@ -674,17 +663,18 @@ class PostgresMemoryStore:
         if self.search != "database":
             return None
         user, layer = self._key(user_id, layer)
-        return self._searcher.run(
-            self._conn(),
-            user,
-            layer,
-            queries,
-            vectors,
-            embedder=embedder,
-            scoring=scoring,
-            time=time,
-            wanted=wanted,
-        )
+        return self._searcher.run(self._conn(), user, layer, search)
+
+    @_reachable
+    def prepare_bank(self, user_id: str, layer: MemoryLayer) -> bool:
+        """Index the rows a search could not use yet; see `SearchableStore.prepare_bank`.
+
+        ``False`` unless the store was made with ``search="database"``.
+        """
+        if self.search != "database":
+            return False
+        self._ensure_indexed(*self._key(user_id, layer))
+        return True
 
     @_reachable
     def find_in_bank(
@@ -841,9 +831,11 @@ class PostgresMemoryStore:
             if existing and not replace:
                 raise MemoriesExistError(snapshot.user_id, existing)
             conn.execute("DELETE FROM autopersona_memories WHERE user_id = %s", (user,))
-            conn.execute("DELETE FROM autopersona_terms WHERE user_id = %s", (user,))
+            for table in ("autopersona_terms", "autopersona_packed", "autopersona_outdated"):
+                conn.execute(f"DELETE FROM {table} WHERE user_id = %s", (user,))  # noqa: S608 - constant SQL, values are parameters
             conn.execute(
-                "UPDATE autopersona_banks SET live = 0, total_length = 0 WHERE user_id = %s",
+                "UPDATE autopersona_banks SET live = 0, total_length = 0, unpacked = 0"
+                " WHERE user_id = %s",
                 (user,),
             )
             for layer in LAYERS:
@@ -862,6 +854,7 @@ class PostgresMemoryStore:
                     (user, layer, generation),
                 )
                 self._insert(conn, user, layer, records)  # the bank is empty: none taken
+                postgres_index.pack_if_due(conn, user, layer)
 
     @_reachable
     def erase(self, user_id: str) -> Erasure:
@@ -887,9 +880,11 @@ class PostgresMemoryStore:
                     "DELETE FROM autopersona_history WHERE user_id = %s",
                     "DELETE FROM autopersona_banks WHERE user_id = %s",
                     "DELETE FROM autopersona_terms WHERE user_id = %s",  # words of its memories
+                    "DELETE FROM autopersona_packed WHERE user_id = %s",
+                    "DELETE FROM autopersona_outdated WHERE user_id = %s",
                 )
             ]
-        memories, changes, _, _ = counts
+        memories, changes, *_ = counts
         return Erasure(user_id, found=any(counts), memories=memories, changes=changes)
 
 

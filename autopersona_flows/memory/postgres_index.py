@@ -1,4 +1,4 @@
-"""What PostgreSQL keeps so that it can search a bank itself: columns, statistics, lookups.
+"""What PostgreSQL keeps so that it can search a bank itself: columns, statistics, postings.
 
 Every row of ``autopersona_memories`` carries what a search needs, written in the
 transaction that writes the record (see `SearchColumns`):
@@ -7,25 +7,33 @@ transaction that writes the record (see `SearchColumns`):
   in-memory index, so both engines see the same words), each term's positions
   ``1..tf`` so that the vector holds its frequency, and each lexeme prefixed by a
   digest of its bank (`bank_prefix`): a plain GIN index on the column finds a
-  bank's rows holding some words, without an extension, reading that bank's
-  entries only; an empty vector for a buried record, ``NULL`` for a row written
-  before these columns (or by something else), which `reindex` fills;
+  bank's rows holding some words (`holding`), without an extension, reading that
+  bank's entries only; an empty vector for a buried record, ``NULL`` for a row
+  written before these columns (or by something else), which `reindex` fills;
 * ``length`` (its term count; ``NULL`` for a buried record, which no search
-  returns), ``tfmax`` (its highest term frequency), the unit ``vector`` of its
-  stored embedding with the embedder's ``model``, a 256-bit ``sketch`` of that
-  vector (signs of a fixed projection), its time (``stated_at``, ``valid_until``)
-  as POSIX seconds, its content ``digest`` and its ``contexts`` (GIN-indexed).
+  returns), the unit ``vector`` of its stored embedding with the embedder's
+  ``model``, a 256-bit ``sketch`` of that vector (signs of a fixed projection),
+  its time (``stated_at``, ``valid_until``) as POSIX seconds, its content
+  ``digest``, its ``contexts`` (GIN-indexed), and whether it is ``packed``.
 
 ``autopersona_banks`` keeps each bank's live count and total length and
 ``autopersona_terms`` each term's document frequency (`count_in`, `count_out`), so
-BM25 is computed with the bank's own statistics, as `BankIndex` computes it. The
-lookups (`find`, `learned_at`, `holding`) answer what `BankIndex` answers by id,
-content and words. `autopersona_flows.memory.postgres_search` ranks.
+BM25 is computed with the bank's own statistics, as `BankIndex` computes it.
+
+``autopersona_packed`` holds each term's postings as one value (`POSTING`s in row
+order): a search reads a term's whole list in one index lookup, however common the
+term. Rows written since are unpacked (read from their lexemes by each search);
+rows that changed or went since are outdated (``autopersona_outdated``: skipped in
+the packed lists). Once more than `UNPACKED` rows wait, the write that makes them
+wait packs the bank (`pack_if_due`): only the terms those rows hold or held are
+rewritten. The lookups (`find`, `learned_at`, `holding`) answer what `BankIndex`
+answers by id, content and words. `autopersona_flows.memory.postgres_search` ranks.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -70,7 +78,7 @@ DO $$ BEGIN
         AND table_name = 'autopersona_memories' AND column_name = 'lexemes'
     ) THEN  -- rows of an older version keep NULL lexemes until a search indexes them
         ALTER TABLE autopersona_memories
-            ADD COLUMN lexemes tsvector, ADD COLUMN length integer, ADD COLUMN tfmax integer,
+            ADD COLUMN lexemes tsvector, ADD COLUMN length integer,
             ADD COLUMN vector bytea, ADD COLUMN model text, ADD COLUMN sketch bit(256),
             ADD COLUMN stated_at double precision, ADD COLUMN valid_until double precision,
             ADD COLUMN digest text, ADD COLUMN contexts text[];
@@ -85,15 +93,55 @@ DO $$ BEGIN
         CREATE INDEX autopersona_memories_unindexed ON autopersona_memories (user_id, layer)
             WHERE lexemes IS NULL;
     END IF;
+    IF NOT EXISTS (
+        SELECT FROM information_schema.tables WHERE table_schema = current_schema()
+        AND table_name = 'autopersona_packed'
+    ) THEN
+        CREATE TABLE autopersona_packed (
+            user_id bytea NOT NULL,
+            layer text NOT NULL,
+            term text NOT NULL,
+            postings bytea NOT NULL,
+            PRIMARY KEY (user_id, layer, term)
+        );
+        -- read whole by every search holding the term: kept uncompressed
+        ALTER TABLE autopersona_packed ALTER COLUMN postings SET STORAGE EXTERNAL;
+        CREATE TABLE autopersona_outdated (
+            user_id bytea NOT NULL,
+            layer text NOT NULL,
+            position bigint NOT NULL,
+            terms text[] NOT NULL,
+            PRIMARY KEY (user_id, layer, position)
+        );
+        ALTER TABLE autopersona_banks ADD COLUMN unpacked bigint NOT NULL DEFAULT 0;
+        -- rows written since their bank was packed: every search reads their lexemes
+        ALTER TABLE autopersona_memories ADD COLUMN packed boolean NOT NULL DEFAULT false;
+        CREATE INDEX autopersona_memories_unpacked ON autopersona_memories (user_id, layer)
+            WHERE NOT packed;
+        CREATE INDEX IF NOT EXISTS autopersona_memories_position
+            ON autopersona_memories (user_id, layer, position);
+        -- banks indexed before packed postings existed: indexed again at their next use
+        UPDATE autopersona_banks SET unverified = true;
+    END IF;
 END $$;
 """
 
-COLUMNS = "lexemes, length, tfmax, vector, model, sketch, stated_at, valid_until, digest, contexts"
-PLACEHOLDERS = "%s::tsvector, %s, %s, %s, %s, %s::bit(256), %s, %s, %s, %s"
+COLUMNS = "lexemes, length, vector, model, sketch, stated_at, valid_until, digest, contexts, packed"
+PLACEHOLDERS = "%s::tsvector, %s, %s, %s, %s::bit(256), %s, %s, %s, %s, false"
 
 _SKETCH_BITS = 256
 _MAX_POSITIONS = 256  # what a tsvector keeps per lexeme: higher frequencies count as 256
 _MAX_LEXEME = 2046  # bytes; a longer "word" is left out of the tsvector
+_MAX_TF = 32767  # a packed posting's term frequency is an int2
+_LEXEME = re.compile(r"'((?:[^']|'')*)'(?::([0-9A-D,]+))?")
+
+POSTING = np.dtype([("position", ">i8"), ("tf", ">i2"), ("length", ">i4")])
+"""A packed posting: the row's position, the term's frequency in it, the row's length.
+
+A term's packed postings are in row order.
+"""
+UNPACKED = 256
+"""Rows written and rows outdated since a bank's last `pack` before it packs again."""
 
 
 def bank_prefix(user: bytes, layer: str) -> str:
@@ -145,7 +193,7 @@ class SearchColumns:
         at = record.at.timestamp()
         until = record.valid_until.timestamp() if record.valid_until else None
         if record.buried_at is not None:  # indexed (not NULL), never found, never counted
-            return cls(("", None, None, None, None, None, at, until, None, None), (), None)
+            return cls(("", None, None, None, None, at, until, None, None), (), None)
         counts = Counter(terms(memory_text(record.content)))
         kept = {t: n for t, n in counts.items() if len(t.encode()) <= _MAX_LEXEME}
         lexemes = " ".join(
@@ -163,41 +211,52 @@ class SearchColumns:
                 sketch(unit),
             )
         length = sum(counts.values())
-        tfmax = max(counts.values(), default=1)
         contexts = sorted({normalise(c) for c in getattr(record.content, "contexts", ())})
         digest = content_digest(record.content)
-        row = (lexemes, length, tfmax, vector, model, signs, at, until, digest, contexts or None)
+        row = (lexemes, length, vector, model, signs, at, until, digest, contexts or None)
         return cls(row, tuple(kept), length)
 
 
 def count_in(conn: Any, user: bytes, layer: str, rows: Sequence[SearchColumns]) -> None:
-    """Add rows to their bank's statistics (in the transaction that writes them)."""
+    """Add written rows to their bank's statistics (in the transaction writing them).
+
+    They join the bank's unpacked rows (see `pack_if_due`).
+    """
     live = [row for row in rows if row.length is not None]
-    if not live:
-        return
+    if live:
+        conn.execute(
+            "INSERT INTO autopersona_terms (user_id, layer, term, df)"
+            " SELECT %s, %s, term, count(*) FROM unnest(%s::text[]) AS term GROUP BY term"
+            " ON CONFLICT (user_id, layer, term)"
+            " DO UPDATE SET df = autopersona_terms.df + EXCLUDED.df",
+            (user, layer, [term for row in live for term in row.terms]),
+        )
     conn.execute(
-        "INSERT INTO autopersona_terms (user_id, layer, term, df)"
-        " SELECT %s, %s, term, count(*) FROM unnest(%s::text[]) AS term GROUP BY term"
-        " ON CONFLICT (user_id, layer, term) DO UPDATE SET df = autopersona_terms.df + EXCLUDED.df",
-        (user, layer, [term for row in live for term in row.terms]),
-    )
-    conn.execute(
-        "UPDATE autopersona_banks SET live = live + %s, total_length = total_length + %s"
-        " WHERE user_id = %s AND layer = %s",
-        (len(live), sum(row.length or 0 for row in live), user, layer),
+        "UPDATE autopersona_banks SET live = live + %s, total_length = total_length + %s,"
+        " unpacked = unpacked + %s WHERE user_id = %s AND layer = %s",
+        (len(live), sum(row.length or 0 for row in live), len(rows), user, layer),
     )
 
 
 def count_out(conn: Any, user: bytes, layer: str, ids: Sequence[str]) -> None:
-    """Take stored rows out of their bank's statistics (before they change or go)."""
+    """Take stored rows out of their bank's statistics (before they change or go).
+
+    Their packed postings are outdated from then on: searches skip them, and the
+    next `pack` drops them (see `pack_if_due`).
+    """
     left = conn.execute(
-        "WITH gone AS (SELECT lexemes, length FROM autopersona_memories"
+        "WITH gone AS (SELECT position, lexemes, length FROM autopersona_memories"
         "   WHERE user_id = %(user)s AND layer = %(layer)s AND id = ANY(%(ids)s)"
         "   AND length IS NOT NULL),"
+        " outdated AS (INSERT INTO autopersona_outdated (user_id, layer, position, terms)"
+        "   SELECT %(user)s, %(layer)s, position, ARRAY(SELECT substr(lexeme, %(cut)s)"
+        "   FROM unnest(tsvector_to_array(lexemes)) AS lexeme) FROM gone"
+        "   ON CONFLICT DO NOTHING),"  # changed twice since the pack: the packed terms stay
         " counted AS (SELECT substr(lexeme, %(cut)s) AS term, count(*) AS n"
         "   FROM gone, unnest(tsvector_to_array(lexemes)) AS lexeme GROUP BY lexeme),"
         " bank AS (UPDATE autopersona_banks SET live = live - (SELECT count(*) FROM gone),"
-        "   total_length = total_length - (SELECT coalesce(sum(length), 0) FROM gone)"
+        "   total_length = total_length - (SELECT coalesce(sum(length), 0) FROM gone),"
+        "   unpacked = unpacked + (SELECT count(*) FROM gone)"
         "   WHERE user_id = %(user)s AND layer = %(layer)s)"
         " UPDATE autopersona_terms t SET df = t.df - counted.n FROM counted"
         " WHERE t.user_id = %(user)s AND t.layer = %(layer)s AND t.term = counted.term"
@@ -220,15 +279,24 @@ def reindex(
     With ``full`` the bank's statistics start over from these records (they must
     then be the whole bank); otherwise they must be rows not indexed yet.
     """
-    if full:
+    tables = ["autopersona_packed", "autopersona_outdated"]
+    for table in ["autopersona_terms", *tables] if full else tables:
         conn.execute(
-            "DELETE FROM autopersona_terms WHERE user_id = %s AND layer = %s", (user, layer)
-        )
-        conn.execute(
-            "UPDATE autopersona_banks SET live = 0, total_length = 0"
-            " WHERE user_id = %s AND layer = %s",
+            f"DELETE FROM {table} WHERE user_id = %s AND layer = %s",  # noqa: S608 - constant SQL, values are parameters
             (user, layer),
         )
+    # Packing starts over: every row of the bank waits to be packed.
+    conn.execute(
+        "UPDATE autopersona_memories SET packed = false WHERE user_id = %s AND layer = %s",
+        (user, layer),
+    )
+    conn.execute(
+        "UPDATE autopersona_banks SET live = CASE WHEN %(full)s THEN 0 ELSE live END,"
+        " total_length = CASE WHEN %(full)s THEN 0 ELSE total_length END,"
+        " unpacked = CASE WHEN %(full)s THEN 0 ELSE live END"
+        " WHERE user_id = %(user)s AND layer = %(layer)s",
+        {"full": full, "user": user, "layer": layer},
+    )
     prefix = bank_prefix(user, layer)
     rows = [SearchColumns.of(record, prefix) for record in records]
     with conn.cursor() as cursor:
@@ -238,6 +306,89 @@ def reindex(
             [(*row.values, user, layer, r.id) for row, r in zip(rows, records, strict=True)],
         )
     count_in(conn, user, layer, rows)
+
+
+def term_counts(lexemes: str) -> dict[str, int]:
+    """The terms of a tsvector's text (without their bank prefix) and their frequencies."""
+    return {
+        lexeme[PREFIX_LENGTH:].replace("''", "'").replace("\\\\", "\\"): (
+            positions.count(",") + 1 if positions else 1
+        )
+        for lexeme, positions in _LEXEME.findall(lexemes)
+    }
+
+
+def pack_if_due(conn: Any, user: bytes, layer: str) -> None:
+    """Pack a bank (`pack`) if more than `UNPACKED` rows were written or outdated since.
+
+    Call it when a write has rewritten every row it takes out (`count_out`): a row
+    packed between the two would keep postings of its old words.
+    """
+    unpacked = conn.execute(
+        "SELECT unpacked FROM autopersona_banks WHERE user_id = %s AND layer = %s",
+        (user, layer),
+        prepare=True,
+    ).fetchone()
+    if unpacked is not None and unpacked[0] > UNPACKED:
+        pack(conn, user, layer)
+
+
+def pack(conn: Any, user: bytes, layer: str) -> None:
+    """Merge the rows a bank wrote since its last pack into its packed postings.
+
+    A term's packed postings lose the rows that changed or went since (outdated)
+    and gain the current rows holding it; terms nothing touched keep theirs.
+    """
+    tail = conn.execute(
+        "UPDATE autopersona_memories SET packed = true"
+        " WHERE user_id = %s AND layer = %s AND NOT packed"
+        " RETURNING position, length, lexemes::text",
+        (user, layer),
+    ).fetchall()
+    outdated = conn.execute(
+        "DELETE FROM autopersona_outdated WHERE user_id = %s AND layer = %s"
+        " RETURNING position, terms",
+        (user, layer),
+    ).fetchall()
+    added: dict[str, list[tuple[int, int, int]]] = {}
+    for position, length, lexemes in tail:
+        if length is None:  # buried
+            continue
+        for term, tf in term_counts(lexemes).items():
+            added.setdefault(term, []).append((position, min(tf, _MAX_TF), length))
+    removed = np.array([row[0] for row in outdated + tail], dtype=np.int64)
+    touched = sorted(set(added).union(*(terms for _, terms in outdated)))
+    old = dict(
+        conn.execute(
+            "SELECT term, postings FROM autopersona_packed"
+            " WHERE user_id = %s AND layer = %s AND term = ANY(%s)",
+            (user, layer, touched),
+        ).fetchall()
+    )
+    kept: dict[str, bytes] = {}
+    for term in touched:
+        before = np.frombuffer(old.get(term, b""), dtype=POSTING)
+        merged = np.concatenate(
+            [before[~np.isin(before["position"], removed)], np.array(added.get(term, []), POSTING)]
+        )
+        # In row order (searches merge sorted lists), big-endian again (concatenate made
+        # it native).
+        kept[term] = np.sort(merged, order="position").astype(POSTING).tobytes()
+    conn.execute(
+        "DELETE FROM autopersona_packed WHERE user_id = %s AND layer = %s AND term = ANY(%s)",
+        (user, layer, [term for term, postings in kept.items() if not postings]),
+    )
+    written = {term: postings for term, postings in kept.items() if postings}
+    conn.execute(
+        "INSERT INTO autopersona_packed (user_id, layer, term, postings)"
+        " SELECT %s, %s, * FROM unnest(%s::text[], %s::bytea[])"
+        " ON CONFLICT (user_id, layer, term) DO UPDATE SET postings = EXCLUDED.postings",
+        (user, layer, list(written), list(written.values())),
+    )
+    conn.execute(
+        "UPDATE autopersona_banks SET unpacked = 0 WHERE user_id = %s AND layer = %s",
+        (user, layer),
+    )
 
 
 _ORDERED = "m.id, m.position, m.stated_at, m.record"

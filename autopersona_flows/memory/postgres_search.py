@@ -1,81 +1,83 @@
-"""Retrieval inside PostgreSQL: the database recalls candidates, the worker scores them.
+"""Retrieval inside PostgreSQL: the database holds the postings, the worker ranks.
 
 ``PostgresMemoryStore(dsn, search="database")`` answers `MemoryRetriever` searches
-here instead of in an index per bank held by each worker, from the columns and
-statistics `autopersona_flows.memory.postgres_index` keeps.
+here instead of in an index per bank held by each worker, from what
+`autopersona_flows.memory.postgres_index` keeps.
 
-A search is two statements: the bank's statistics and the query terms'
-frequencies, then the candidates. The candidates are the rows holding enough of
-the query's idf: the GIN index finds the rows holding one of the sets of query
-terms whose idf reaches a threshold, chosen from the frequencies so that about
-`_TARGET` rows qualify (all rows holding any query term when the query is short
-or rare); of those, the `_CANDIDATES` of best estimated score (the lexical part's
-bound, the dense part from the sketches, recency) come back with their vectors.
-The worker scores them exactly as `Scoring` says. When fewer than asked come back,
-or the last one wanted scores under the dense weight (so a row sharing no word
-could rank above it), a third statement adds the rows whose sketches are nearest
-the query's (Hamming distance): a query sharing no word with the bank is served by
-meaning alone. Nothing is kept between searches: a worker's memory does not grow
-with the banks it serves.
+A search is two statements. The first returns, in one row, the bank's statistics
+and, for each query term, its document frequency and packed postings (one value
+per term: every row holding it, with the term's frequency and the row's length),
+the rows whose packed postings are outdated, and the postings of the rows written
+since the bank was last packed. From them the worker computes the lexical part of
+every row holding a query term exactly as `BankIndex` does. The second statement
+fetches the `_CANDIDATES` rows of the best lexical parts with their vectors (more
+when some turn out not current), which the worker scores exactly. When fewer than
+asked come back, or the last one wanted scores under the dense weight (so a row
+sharing no word could rank above it), a third statement adds the rows whose
+sketches are nearest the query's (Hamming distance): a query sharing no word with
+the bank is served by meaning alone. Nothing is kept between searches: a worker's
+memory does not grow with the banks it serves.
 
-The ranking is the in-memory index's wherever the candidates hold its top results;
-``docs/retrieval.md`` states the tolerance where they may not.
+The ranking is the in-memory index's wherever its top results are among the rows
+of the best lexical parts or nearest sketches; ``docs/retrieval.md`` states the
+tolerance where they may not be.
 """
 
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
 from autopersona_flows.errors import EmbeddingMismatchError
-from autopersona_flows.memory.embedders import Embedder, check_vectors
-from autopersona_flows.memory.index import Scoring, TimeView
-from autopersona_flows.memory.postgres_index import PREFIX_LENGTH, bank_prefix, quote, sketch
-from autopersona_flows.memory.protocol import Found
+from autopersona_flows.memory.embedders import check_vectors
+from autopersona_flows.memory.postgres_index import POSTING, bank_prefix, sketch
+from autopersona_flows.memory.protocol import BankSearch, Found
 from autopersona_flows.memory.records import MemoryRecord
 from autopersona_flows.memory.text import memory_text, terms
 
 __all__ = ["DatabaseSearch"]
 
-_TARGET = 64
-"""Rows the candidate query aims to find before keeping the best estimates."""
 _CANDIDATES = 32
 """Rows fetched with their vectors per search (more if more are wanted)."""
-_PLANNED_TERMS = 10
-"""Candidates are chosen by at most this many query terms, the rarest."""
-_MAX_NODES = 48
-_SLOTS = 8
-"""Query terms (the rarest) whose idf orders the candidates in SQL."""
-_LEXEME = re.compile(r"'((?:[^']|'')*)'(?::([0-9A-D,]+))?")
+_TAIL = np.dtype([("term", ">i2"), *POSTING.descr])
+"""An unpacked posting: which query term (from 1), then as `POSTING`."""
 
-
-_STATE = (
-    "SELECT b.live, b.total_length, b.unverified,"
-    " EXISTS (SELECT FROM autopersona_memories m WHERE m.user_id = b.user_id"
-    "   AND m.layer = b.layer AND m.lexemes IS NULL),"
-    " ARRAY(SELECT coalesce((SELECT t.df FROM autopersona_terms t WHERE t.user_id = b.user_id"
-    "   AND t.layer = b.layer AND t.term = q.term), 0)"
-    "   FROM unnest(%(terms)s::text[]) WITH ORDINALITY AS q(term, i) ORDER BY q.i)"
-    " FROM autopersona_banks b WHERE b.user_id = %(user)s AND b.layer = %(layer)s"
-)
-_FETCHED = (
-    "m.user_id, m.id, m.position,"
-    " ts_filter(setweight(m.lexemes, 'A', %(words)s::text[]), '{a}')::text,"
-    " m.length, m.vector, m.model, m.stated_at, m.record"
-)
+_FETCHED = "m.id, m.position, m.vector, m.model, m.stated_at, m.record"
 _CURRENT = (
     " AND (%(past)s OR m.valid_until IS NULL OR m.valid_until > %(as_of)s)"
     " AND (%(later)s OR m.stated_at <= %(as_of)s)"
 )
-_RECENCY = (
-    "coalesce((1 + power(2::float8, -greatest(%(as_of)s - m.stated_at, 0)"
-    " / %(half_life)s::float8)) / 2, 1)"
+_QUERY_TERMS = "unnest(%(terms)s::text[]) WITH ORDINALITY AS q(term, i)"
+_MATCHING = (
+    # The bank's statistics, and whether some of its rows are not indexed yet.
+    "SELECT b.live, b.total_length, b.unverified OR EXISTS (SELECT FROM autopersona_memories m"  # noqa: S608 - constant SQL, values are parameters
+    "   WHERE m.user_id = b.user_id AND m.layer = b.layer AND m.lexemes IS NULL),"
+    # Each query term's document frequency and packed postings.
+    f" ARRAY(SELECT coalesce(t.df, 0) FROM {_QUERY_TERMS} LEFT JOIN autopersona_terms t"
+    "   ON t.user_id = b.user_id AND t.layer = b.layer AND t.term = q.term ORDER BY q.i),"
+    f" ARRAY(SELECT p.postings FROM {_QUERY_TERMS} LEFT JOIN autopersona_packed p"
+    "   ON p.user_id = b.user_id AND p.layer = b.layer AND p.term = q.term ORDER BY q.i),"
+    # The rows whose packed postings are outdated.
+    " (SELECT string_agg(int8send(o.position), '') FROM autopersona_outdated o"
+    "   WHERE o.user_id = b.user_id AND o.layer = b.layer),"
+    # The postings of the rows written since the bank was packed.
+    " (SELECT string_agg(int2send(q.i::int2) || int8send(m.position)"
+    "   || int2send(least(coalesce(array_length(u.positions, 1), 1), 32767)::int2)"
+    "   || int4send(m.length), '')"
+    "   FROM autopersona_memories m CROSS JOIN unnest(m.lexemes) AS u"
+    "   JOIN unnest(%(words)s::text[]) WITH ORDINALITY AS q(term, i) ON u.lexeme = q.term"
+    "   WHERE m.user_id = b.user_id AND m.layer = b.layer AND NOT m.packed"
+    "   AND m.length IS NOT NULL)"
+    " FROM autopersona_banks b WHERE b.user_id = %(user)s AND b.layer = %(layer)s"
+)
+_FETCH = (
+    f"SELECT {_FETCHED} FROM autopersona_memories m"  # noqa: S608 - constant SQL, values are parameters
+    " WHERE m.user_id = %(user)s AND m.layer = %(layer)s AND m.position = ANY(%(positions)s)"
+    f" AND m.length IS NOT NULL{_CURRENT}"
 )
 _NEAREST = (
     f"SELECT {_FETCHED} FROM autopersona_memories m"  # noqa: S608 - constant SQL, values are parameters
@@ -85,115 +87,10 @@ _NEAREST = (
 )
 
 
-@lru_cache(maxsize=_SLOTS)
-def _matching(slots: int) -> str:
-    """The candidate query with ``slots`` weighed query terms (one text per count: prepared).
-
-    Rows are ordered by an estimate of their score: the lexical part's bound (exact
-    for rows repeating no term, see `_SLOTS`), the dense part from the sketches (the
-    angle between two vectors is about pi times the share of sketch bits that
-    differ) and recency. Only the GIN index can serve ``lexemes @@ query``: the
-    bank is in the prefix of every lexeme, so no btree condition on the user tempts
-    the planner (the worker checks the user of every row it is given).
-    """
-    weights = " + ".join(
-        f"%(w{i})s::float8 * (m.lexemes @@ %(t{i})s::tsquery)::int" for i in range(slots)
-    )
-    lexical = (
-        f"least(1, ({weights}) * m.tfmax * %(k1p1)s::float8"
-        " / (m.tfmax + %(k1)s::float8 * (1 - %(b)s::float8 + %(b)s::float8 * m.length"
-        " / %(average)s::float8)) / %(reference)s::float8)"
-    )
-    dense = (
-        "CASE WHEN m.model = %(model)s THEN greatest(cos(pi() * bit_count(m.sketch #"
-        " %(sketch)s::bit(256)) / 256) - %(floor)s::float8, 0) ELSE 1 END"
-    )
-    # The best rows are chosen narrow (the sort copies every row it is given), then read.
-    return (
-        f"SELECT {_FETCHED} FROM (SELECT m.user_id, m.layer, m.id,"  # noqa: S608 - constant SQL, values are parameters
-        f" ((1 - %(weight)s::float8) * {lexical}"
-        f" + %(weight)s::float8 / (1 - %(floor)s::float8) * {dense}) * {_RECENCY} AS estimate"
-        " FROM autopersona_memories m"
-        f" WHERE m.lexemes @@ %(query)s::tsquery AND m.layer = %(layer)s{_CURRENT}"
-        " ORDER BY estimate DESC, m.position LIMIT %(limit)s) AS best"
-        " JOIN autopersona_memories m USING (user_id, layer, id)"
-    )
-
-
-def _threshold(idf: np.ndarray, share: np.ndarray, target: float) -> float:
-    """The idf sum a candidate's query terms must reach for about ``target`` of the rows.
-
-    ``idf`` is sorted from the rarest term down, ``share`` is each term's share of the
-    bank's rows (terms taken as independent); ``target`` is a share of the rows too.
-    """
-    k = len(idf)
-    masks = np.arange(1, 2**k)
-    holds = (masks[:, None] >> np.arange(k)) & 1 == 1  # subset x term
-    sums = holds @ idf
-    share = np.clip(share, 1e-12, 1 - 1e-12)
-    exactly = np.exp(holds @ np.log(share) + (~holds) @ np.log1p(-share))
-    order = np.argsort(-sums, kind="stable")
-    reached = np.cumsum(exactly[order])
-    return float(sums[order[min(int(np.searchsorted(reached, target)), len(order) - 1)]])
-
-
-def _holding(words: list[str], idf: np.ndarray, threshold: float) -> str | None:
-    """A tsquery true of the rows whose ``words`` (rarest first) reach ``threshold`` of idf.
-
-    Each word is either held (its idf counts) or not, rarest first, stopping as soon
-    as the rest cannot reach the threshold or it is reached. ``None`` if the query
-    would name more than `_MAX_NODES` words.
-    """
-    rest = np.concatenate([np.cumsum(idf[::-1])[::-1], [0.0]])
-    size = 0
-
-    def holding(i: int, need: float) -> str | bool:
-        nonlocal size
-        if need <= 1e-9:
-            return True
-        if i == len(words) or rest[i] < need - 1e-9:
-            return False
-        size += 1
-        if size > _MAX_NODES:
-            raise OverflowError
-        held, skipped = holding(i + 1, need - idf[i]), holding(i + 1, need)
-        word = quote(words[i])
-        with_word = word if held is True else f"{word} & ({held})" if held else False
-        if skipped is True:  # only if ``with_word`` is True too: never, as need > 0
-            return True
-        if not with_word:
-            return skipped
-        return with_word if skipped is False else f"{with_word} | {skipped}"
-
-    try:
-        found = holding(0, threshold)
-    except OverflowError:
-        return None
-    return found if isinstance(found, str) else None
-
-
-def _recall(words: list[str], idf: np.ndarray, share: np.ndarray, live: int) -> str:
-    """The words part of the candidate query (see `_holding`): about `_TARGET` rows.
-
-    Queries of many words plan over their `_PLANNED_TERMS` rarest; when the tree for
-    a threshold grows too big, the threshold drops (down to any single word).
-    """
-    words, idf, share = words[:_PLANNED_TERMS], idf[:_PLANNED_TERMS], share[:_PLANNED_TERMS]
-    threshold = _threshold(idf, share, _TARGET / live) if len(words) > 1 else 0.0
-    while threshold > float(idf.min()):
-        query = _holding(words, idf, threshold)
-        if query is not None:
-            return query
-        threshold *= 0.8
-    return " | ".join(quote(word) for word in words)
-
-
 @dataclass
 class _Candidate:
     id: str
     position: int
-    tfs: dict[str, int]
-    length: int
     vector: np.ndarray | None
     model: str | None
     at: float
@@ -202,15 +99,9 @@ class _Candidate:
 
 
 def _candidate(row: tuple[Any, ...]) -> tuple[str, _Candidate]:
-    _, memory_id, position, lexemes, length, vector, model, at, raw = row
-    tfs = {}
-    for lexeme, positions in _LEXEME.findall(lexemes or ""):
-        tfs[lexeme[PREFIX_LENGTH:].replace("''", "'").replace("\\\\", "\\")] = (
-            positions.count(",") + 1 if positions else 1
-        )
+    memory_id, position, vector, model, at, raw = row
     unit = None if vector is None else np.frombuffer(bytes(vector), dtype="<f4")
-    candidate = _Candidate(memory_id, int(position), tfs, int(length), unit, model, at, bytes(raw))
-    return memory_id, candidate
+    return memory_id, _Candidate(memory_id, int(position), unit, model, at, bytes(raw))
 
 
 class DatabaseSearch:
@@ -231,91 +122,66 @@ class DatabaseSearch:
         self._record = record
         self._refresh = refresh
 
-    def run(
+    def run(self, conn: Any, user: bytes, layer: str, search: BankSearch) -> list[list[Found]]:
+        """Each query's best ``search.wanted`` current records, best first, with their scores."""
+        norms = np.linalg.norm(search.vectors, axis=1, keepdims=True)
+        units = np.divide(search.vectors, norms, out=np.zeros_like(search.vectors), where=norms > 0)
+        best = [
+            self._one(conn, user, layer, search, query=query, unit=unit)
+            for query, unit in zip(search.queries, units, strict=True)
+        ]
+        return [[Found(c.score, self._record(c.raw, layer)) for c in found] for found in best]
+
+    def _one(
         self,
         conn: Any,
         user: bytes,
         layer: str,
-        queries: Sequence[str],
-        vectors: np.ndarray,
+        search: BankSearch,
         *,
-        embedder: Embedder,
-        scoring: Scoring,
-        time: TimeView,
-        wanted: int,
-    ) -> list[list[Found]]:
-        """Each query's best ``wanted`` current records, best first, with their scores."""
-        analysed = [sorted(set(terms(query))) for query in queries]
-        vocabulary = sorted({term for words in analysed for term in words})
-        params = {"user": user, "layer": layer, "terms": vocabulary}
-        state = conn.execute(_STATE, params, prepare=True, binary=True).fetchone()
-        if state is not None and (state[2] or state[3]):
-            self._refresh(user, layer)
-            state = conn.execute(_STATE, params, prepare=True, binary=True).fetchone()
-        if state is None or not state[0]:
-            return [[] for _ in queries]
-        live, total, _, _, dfs = state
-        df = dict(zip(vocabulary, (int(n) for n in dfs), strict=True))
-        bank = _Bank(int(live), float(total) / int(live) or 1.0, df)
-        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-        units = np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
-        best = [
-            self._one(conn, _Asked(user, layer, words, unit, bank, embedder, scoring, time), wanted)
-            for words, unit in zip(analysed, units, strict=True)
-        ]
-        return [[Found(c.score, self._record(c.raw, layer)) for c in found] for found in best]
-
-    def _one(self, conn: Any, asked: _Asked, wanted: int) -> list[_Candidate]:
-        """One query's best ``wanted`` candidates, scored (see the module docstring)."""
-        bank, scoring, time = asked.bank, asked.scoring, asked.time
-        prefix = bank_prefix(asked.user, asked.layer)
-        timing = {
-            "as_of": time.as_of,
-            "past": time.past,
-            "later": time.include_later,
-            "half_life": time.half_life,
-            "words": [prefix + word for word in asked.words],
-            "model": asked.embedder.name,
-            "sketch": sketch(asked.unit),
+        query: str,
+        unit: np.ndarray,
+    ) -> list[_Candidate]:
+        """One query's best candidates, scored (see the module docstring)."""
+        words = sorted(set(terms(query)))
+        prefix = bank_prefix(user, layer)
+        limit = max(_CANDIDATES, 2 * search.wanted)
+        params: dict[str, Any] = {
+            "user": user,
+            "layer": layer,
+            "terms": words,
+            "words": [prefix + word for word in words],
+            "as_of": search.time.as_of,
+            "past": search.time.past,
+            "later": search.time.include_later,
+            "limit": limit,
         }
-        limit = max(_CANDIDATES, 2 * wanted)
+        state = conn.execute(_MATCHING, params, prepare=True, binary=True).fetchone()
+        if state is not None and state[2]:
+            self._refresh(user, layer)
+            state = conn.execute(_MATCHING, params, prepare=True, binary=True).fetchone()
+        if state is None or not state[0]:
+            return []
+        live, total, _, dfs, packed, outdated, unpacked = state
+        bank = _Bank(int(live), float(total) / int(live) or 1.0, dict(zip(words, dfs, strict=True)))
+        asked = _Asked(layer, words, unit, bank, search)
+        asked.weigh(packed, outdated or b"", unpacked or b"")
         found: dict[str, _Candidate] = {}
-        idf = asked.idf
-        known = sorted((t for t in asked.words if bank.df[t]), key=lambda t: (-idf[t], t))
-        if known:
-            weights = np.array([idf[t] for t in known])
-            share = np.array([bank.df[t] / bank.live for t in known])
-            slots = known[:_SLOTS]
-            params: dict[str, Any] = {
-                "query": _recall([prefix + t for t in known], weights, share, bank.live),
-                "layer": asked.layer,
-                "k1": scoring.k1,
-                "k1p1": scoring.k1 + 1,
-                "b": scoring.b,
-                "average": bank.average,
-                "reference": asked.reference,
-                "weight": scoring.dense_weight,
-                "floor": scoring.dense_floor,
-                "limit": limit,
-                **timing,
-            }
-            for i, term in enumerate(slots):
-                params[f"w{i}"], params[f"t{i}"] = idf[term], quote(prefix + term)
-            rows = conn.execute(_matching(len(slots)), params, prepare=True, binary=True).fetchall()
-            found.update(_candidate(row) for row in rows if bytes(row[0]) == asked.user)
+        wanted, weight = search.wanted, search.scoring.dense_weight
+        # Rows of the best lexical parts first; rows found not current make way for more.
+        count, fetched = limit, 0
+        while len(found) < wanted and fetched < asked.holding:
+            params["positions"] = asked.best(count)[fetched:].tolist()
+            rows = conn.execute(_FETCH, params, prepare=True, binary=True).fetchall()
+            found.update(_candidate(row) for row in rows)
+            fetched, count = count, 4 * count
         self._score(asked, found)
         best = sorted(found.values(), key=lambda c: (-c.score, c.position))[:wanted]
-        if scoring.dense_weight and (
-            len(best) < wanted or best[-1].score < scoring.dense_weight * (1 - 1e-6)
-        ):
+        if weight and (len(best) < wanted or best[-1].score < weight * (1 - 1e-6)):
             # A row sharing no word scores at most the dense weight: look by meaning too.
-            nearest = conn.execute(
-                _NEAREST,
-                {"user": asked.user, "layer": asked.layer, "limit": limit, **timing},
-                prepare=True,
-                binary=True,
-            ).fetchall()
-            more = dict(_candidate(row) for row in nearest if row[1] not in found)
+            params.update(model=search.embedder.name, sketch=sketch(unit))
+            nearest = conn.execute(_NEAREST, params, prepare=True, binary=True).fetchall()
+            more = dict(_candidate(row) for row in nearest if row[0] not in found)
             self._score(asked, more)
             found.update(more)
             best = sorted(found.values(), key=lambda c: (-c.score, c.position))[:wanted]
@@ -326,16 +192,8 @@ class DatabaseSearch:
         if not found:
             return
         candidates = list(found.values())
-        scoring, idf = asked.scoring, asked.idf
-        k1, b = scoring.k1, scoring.b
-        lexical = np.zeros(len(candidates), dtype=np.float32)
-        if asked.reference:
-            words = asked.words
-            tf = np.array([[c.tfs.get(t, 0) for t in words] for c in candidates], np.float32)
-            lengths = np.array([c.length for c in candidates], dtype=np.float32)
-            norm = k1 * (1 - b + b * lengths / asked.bank.average)
-            weights = np.array([idf[t] for t in words]) * tf * (k1 + 1) / (tf + norm[:, None])
-            lexical = np.minimum(weights.astype(np.float32).sum(axis=1) / asked.reference, 1.0)
+        scoring = asked.search.scoring
+        lexical = asked.lexical(np.array([c.position for c in candidates], dtype=np.int64))
         scores = (1 - scoring.dense_weight) * lexical
         if scoring.dense_weight:
             floor = scoring.dense_floor
@@ -343,14 +201,14 @@ class DatabaseSearch:
             scores = scores + (scoring.dense_weight / (1.0 - floor)) * np.maximum(
                 cosine - floor, 0.0
             )
-        if asked.time.half_life is not None:
-            scores = scores * asked.time.weights(np.array([c.at for c in candidates]))
+        if asked.search.time.half_life is not None:
+            scores = scores * asked.search.time.weights(np.array([c.at for c in candidates]))
         for c, score in zip(candidates, scores.tolist(), strict=True):
             c.score = score
 
     def _vectors(self, asked: _Asked, candidates: list[_Candidate]) -> np.ndarray:
         """The candidates' unit vectors; those of another embedder or none embedded here."""
-        embedder = asked.embedder
+        embedder = asked.search.embedder
         matrix = np.zeros((len(candidates), embedder.dim), dtype=np.float32)
         missing = []
         for i, c in enumerate(candidates):
@@ -388,18 +246,80 @@ class _Bank:
 class _Asked:
     """One query of a search, and what scoring it needs."""
 
-    user: bytes
     layer: str
     words: list[str]
     unit: np.ndarray
     bank: _Bank
-    embedder: Embedder
-    scoring: Scoring
-    time: TimeView
+    search: BankSearch
     idf: dict[str, float] = field(init=False)
     reference: float = field(init=False)
+    _rows: np.ndarray = field(init=False, default_factory=lambda: np.empty(0, np.int64))
+    _lexical: np.ndarray = field(init=False, default_factory=lambda: np.empty(0, np.float32))
 
     def __post_init__(self) -> None:
         live, df = self.bank.live, self.bank.df
         self.idf = {t: math.log(1 + (live - df[t] + 0.5) / (df[t] + 0.5)) for t in self.words}
         self.reference = sum(self.idf.values())
+
+    def weigh(self, packed: list[bytes | None], outdated: bytes, unpacked: bytes) -> None:
+        """Compute the lexical part of every row holding a query term, for `best` and `lexical`.
+
+        Every such row is in the postings, packed or not.
+
+        Args:
+            packed: Each query term's packed postings (`POSTING`), if it has some.
+            outdated: The positions (int8) whose packed postings no longer hold.
+            unpacked: The postings of rows written since the pack (`_TAIL`).
+        """
+        lists = [postings or b"" for postings in packed]
+        held = np.frombuffer(b"".join(lists), dtype=POSTING)
+        term = np.repeat(np.arange(len(lists)), [len(p) // POSTING.itemsize for p in lists])
+        skip = np.frombuffer(outdated, dtype=">i8")
+        if len(skip):
+            kept = ~np.isin(held["position"], skip)
+            held, term = held[kept], term[kept]
+        tail = np.frombuffer(unpacked, dtype=_TAIL)
+        term = np.concatenate([term, tail["term"] - 1])
+        tf = np.concatenate([held["tf"], tail["tf"]]).astype(np.float32)
+        length = np.concatenate([held["length"], tail["length"]]).astype(np.float32)
+        k1, b = self.search.scoring.k1, self.search.scoring.b
+        idf = np.array([self.idf[word] for word in self.words] or [0.0], dtype=np.float32)
+        norm = k1 * (1 - b + b * length / np.float32(self.bank.average))
+        weight = idf[term] * tf * np.float32(k1 + 1) / (tf + norm)
+        # Native byte order (a big-endian array sorts several times slower), and a stable
+        # sort: it merges the terms' lists, each in row order, in one pass.
+        every = np.concatenate([held["position"], tail["position"]]).astype(np.int64)
+        order = np.argsort(every, kind="stable")
+        every = every[order]
+        starts = np.flatnonzero(np.diff(every, prepend=every[:1] - 1))
+        rows = every[starts]
+        weights = weight[order]
+        sums = np.add.reduceat(weights, starts) if len(rows) else weights  # float32, as `BankIndex`
+        self._rows = rows
+        self._lexical = np.minimum(sums / (self.reference or 1.0), 1.0)
+
+    def best(self, count: int) -> np.ndarray:
+        """The positions of the ``count`` rows of the best lexical parts, best first.
+
+        Ties go to the earlier row, as in `BankIndex`.
+        """
+        rows, lexical = self._rows, self._lexical
+        if count < len(rows):  # only the rows that can be among them are sorted
+            least = np.partition(lexical, len(rows) - count)[len(rows) - count]
+            chosen = np.flatnonzero(lexical >= least)
+            rows, lexical = rows[chosen], lexical[chosen]
+        return rows[np.lexsort((rows, -lexical))][:count]
+
+    @property
+    def holding(self) -> int:
+        """How many rows hold a query term."""
+        return len(self._rows)
+
+    def lexical(self, positions: np.ndarray) -> np.ndarray:
+        """The lexical parts (see `Scoring`) of the rows at ``positions`` (0: no query term)."""
+        at = np.minimum(np.searchsorted(self._rows, positions), max(len(self._rows) - 1, 0))
+        lexical = np.zeros(len(positions), dtype=np.float32)
+        if len(self._rows):
+            held = self._rows[at] == positions
+            lexical[held] = self._lexical[at[held]]
+        return lexical

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from autopersona_flows.memory.embedders import Embedder
     from autopersona_flows.memory.index import Scoring, TimeView
 
-__all__ = ["ChangeSet", "Erasure", "Found", "MemoryStore", "SearchableStore"]
+__all__ = ["BankSearch", "ChangeSet", "Erasure", "Found", "MemoryStore", "SearchableStore"]
 
 
 @dataclass(frozen=True)
@@ -232,6 +232,28 @@ class MemoryStore(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class BankSearch:
+    """What `SearchableStore.search_bank` is asked: queries against one bank.
+
+    Attributes:
+        queries: The query texts.
+        vectors: Their embeddings by ``embedder``, one row per query.
+        embedder: The retriever's embedder: stored vectors of another are refused
+            (`EmbeddingMismatchError`) unless it is ``local``.
+        scoring: How a record's score is made, as `BankIndex` makes it.
+        time: Which records are current and how recency weighs.
+        wanted: At most this many records per query, each scoring above 0.
+    """
+
+    queries: Sequence[str]
+    vectors: np.ndarray
+    embedder: Embedder
+    scoring: Scoring
+    time: TimeView
+    wanted: int
+
+
 class Found(NamedTuple):
     """A record a store's own search found, and its score (see `Scoring`)."""
 
@@ -250,33 +272,26 @@ class SearchableStore(Protocol):
     """
 
     def search_bank(
-        self,
-        user_id: str,
-        layer: MemoryLayer,
-        queries: Sequence[str],
-        vectors: np.ndarray,
-        *,
-        embedder: Embedder,
-        scoring: Scoring,
-        time: TimeView,
-        wanted: int,
+        self, user_id: str, layer: MemoryLayer, search: BankSearch
     ) -> builtins.list[builtins.list[Found]] | None:
         """Return each query's best current records in a bank, best first.
 
         Args:
             user_id: Whose bank.
             layer: Which bank.
-            queries: The query texts.
-            vectors: Their embeddings by ``embedder``, one row per query.
-            embedder: The retriever's embedder: stored vectors of another are
-                refused (`EmbeddingMismatchError`) unless it is ``local``.
-            scoring: How a record's score is made, as `BankIndex` makes it.
-            time: Which records are current and how recency weighs.
-            wanted: At most this many records per query, each scoring above 0.
+            search: The queries, and how their results are scored.
 
         Returns:
-            One list per query, of at most ``wanted`` records, best first; or
+            One list per query, of at most ``search.wanted`` records, best first; or
             ``None`` if this store leaves searching to the retriever's index.
+        """
+        ...
+
+    def prepare_bank(self, user_id: str, layer: MemoryLayer) -> bool:
+        """Index now what the store has not indexed of a bank, so no search pays for it.
+
+        Returns:
+            ``False`` if this store leaves searching to the retriever's index.
         """
         ...
 

@@ -27,7 +27,7 @@ from autopersona_flows.errors import RetrievalError
 from autopersona_flows.memory.embedders import Embedder, check_vectors, default_embedder
 from autopersona_flows.memory.index import BankIndex, Scoring, TimeView
 from autopersona_flows.memory.persisted import BankLog
-from autopersona_flows.memory.protocol import ChangeSet, Found, MemoryStore
+from autopersona_flows.memory.protocol import BankSearch, ChangeSet, Found, MemoryStore
 from autopersona_flows.memory.records import LAYERS, LayerContent, MemoryLayer, MemoryRecord
 from autopersona_flows.memory.users import check_user_id
 
@@ -399,16 +399,8 @@ class MemoryRetriever:
         search_bank = getattr(self.store, "search_bank", None)
         found = None
         if search_bank is not None and as_of is None:
-            found = search_bank(
-                user_id,
-                layer,
-                queries,
-                vectors,
-                embedder=self.embedder,
-                scoring=self.scoring,
-                time=time,
-                wanted=wanted,
-            )
+            search = BankSearch(queries, vectors, self.embedder, self.scoring, time, wanted)
+            found = search_bank(user_id, layer, search)
         if found is not None:
             yield "store", partial(self._top_found, found)
             return
@@ -450,23 +442,10 @@ class MemoryRetriever:
         pays for reading a bank from the store.
         """
         check_user_id(user_id)
-        search_bank = getattr(self.store, "search_bank", None)
+        prepare_bank = getattr(self.store, "prepare_bank", None)
         for layer in layers:
-            if search_bank is not None:
-                # A store that searches itself indexes what it has not yet, and holds it.
-                nothing = np.zeros((0, self.embedder.dim), dtype=np.float32)
-                searched = search_bank(
-                    user_id,
-                    layer,
-                    [],
-                    nothing,
-                    embedder=self.embedder,
-                    scoring=self.scoring,
-                    time=time_view(),
-                    wanted=1,
-                )
-                if searched is not None:
-                    continue
+            if prepare_bank is not None and prepare_bank(user_id, layer):
+                continue  # the store searches this bank itself: the worker holds nothing
             with self._index(user_id, layer):
                 pass
 

@@ -24,8 +24,12 @@ from autopersona_flows.memory import (
     MemoryRetriever,
     PersonaMemory,
     SearchRequest,
+    postgres_index,
 )
+from autopersona_flows.memory.index import Scoring
+from autopersona_flows.memory.protocol import BankSearch
 from autopersona_flows.memory.records import Embedding
+from autopersona_flows.memory.retrieval import time_view
 from autopersona_flows.memory.text import memory_text
 
 psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
@@ -263,19 +267,12 @@ def test_the_option_is_checked(postgres_schema: str) -> None:
     with pytest.raises(MemoryStoreError, match="search must be"):
         PostgresMemoryStore(postgres_schema, search="elsewhere")  # type: ignore[arg-type]
     memory = PostgresMemoryStore(postgres_schema)  # the default: an index per worker
-    assert (
-        memory.search_bank(
-            USER,
-            "persona",
-            ["x"],
-            np.zeros((1, 4), dtype=np.float32),
-            embedder=HashingEmbedder(),
-            scoring=MemoryRetriever(memory, HashingEmbedder()).scoring,
-            time=None,  # type: ignore[arg-type]
-            wanted=3,
-        )
-        is None
+    hashing = HashingEmbedder()
+    asked = BankSearch(
+        ["x"], np.zeros((1, hashing.dim), np.float32), hashing, Scoring(), time_view(), 3
     )
+    assert memory.search_bank(USER, "persona", asked) is None
+    assert memory.prepare_bank(USER, "persona") is False
     memory.close()
 
 
@@ -315,3 +312,120 @@ def test_vectors_of_another_embedder_are_refused(pair) -> None:
     remote = FunctionEmbedder(lambda texts: np.ones((len(texts), 8)), name="remote", dim=8)
     with pytest.raises(EmbeddingMismatchError, match="autopersona reindex"):
         ranked(MemoryRetriever(pg, remote), queries(1)[0])
+
+
+def _postings(store: PostgresMemoryStore) -> dict[str, set[int]]:
+    """Each term's rows, as the packed and unpacked postings and outdated rows say."""
+    conn = store._conn()
+    outdated = {p for (p,) in conn.execute("SELECT position FROM autopersona_outdated")}
+    found: dict[str, set[int]] = {}
+    for term, packed in conn.execute("SELECT term, postings FROM autopersona_packed"):
+        rows = np.frombuffer(packed, dtype=postgres_index.POSTING)["position"]
+        found[term] = {int(p) for p in rows if int(p) not in outdated}
+    for position, lexemes in conn.execute(
+        "SELECT position, lexemes::text FROM autopersona_memories"
+        " WHERE NOT packed AND length IS NOT NULL"
+    ):
+        for term in postgres_index.term_counts(lexemes):
+            found.setdefault(term, set()).add(position)
+    return {term: rows for term, rows in found.items() if rows}
+
+
+def _holding(store: PostgresMemoryStore) -> dict[str, set[int]]:
+    """Each term's live rows, from the rows themselves."""
+    found: dict[str, set[int]] = {}
+    for position, lexemes in store._conn().execute(
+        "SELECT position, lexemes::text FROM autopersona_memories WHERE length IS NOT NULL"
+    ):
+        for term in postgres_index.term_counts(lexemes):
+            found.setdefault(term, set()).add(position)
+    return found
+
+
+def test_packing_follows_every_kind_of_write(
+    postgres_schema: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(postgres_index, "UNPACKED", 7)  # packs every few writes
+    hashing = HashingEmbedder()
+    rng = random.Random(23)
+    jsonl = JsonlMemoryStore(tmp_path / "store")
+    pg = PostgresMemoryStore(postgres_schema, search="database")
+    ours, theirs = MemoryRetriever(pg, hashing), MemoryRetriever(jsonl, hashing)
+    live: list[str] = []
+    packs = 0
+    for step in range(150):
+        kind = rng.random() if live else 0.0
+        if kind < 0.5:
+            batch = embedded([persona(rng) for _ in range(rng.choice([1, 1, 3, 12]))], hashing)
+            for store in (jsonl, pg):
+                store.add_many(USER, "persona", batch)
+            live += [r.id for r in batch]
+        elif kind < 0.75:  # new words, new length
+            memory_id, content = rng.choice(live), persona(rng)
+            (vector,) = hashing.embed([memory_text(content)])
+            for store in (jsonl, pg):
+                store.update(
+                    USER,
+                    "persona",
+                    memory_id,
+                    content,
+                    embedding=Embedding.of(hashing.name, vector),
+                )
+        elif kind < 0.85:
+            memory_id = live.pop(rng.randrange(len(live)))
+            for store in (jsonl, pg):
+                store.update(
+                    USER,
+                    "persona",
+                    memory_id,
+                    store.get(USER, "persona", memory_id).content,
+                    buried=True,
+                )
+        else:
+            memory_id = live.pop(rng.randrange(len(live)))
+            for store in (jsonl, pg):
+                store.delete(USER, "persona", memory_id)
+        unpacked = pg._conn().execute("SELECT unpacked FROM autopersona_banks").fetchone()[0]
+        packs += unpacked == 0
+        assert _postings(pg) == _holding(pg), f"after step {step}"
+        if step % 10 == 0:
+            for query in queries(4):
+                assert ranked(ours, query, top_k=5) == [
+                    (i, pytest.approx(score, abs=1e-5))
+                    for i, score in ranked(theirs, query, top_k=5)
+                ]
+    assert packs > 10  # the merge was exercised, not only the unpacked rows
+    # What a pack leaves is exactly what the rows hold: nothing outdated stays behind.
+    with pg._write(USER.encode(), "persona") as conn:
+        postgres_index.pack(conn, USER.encode(), "persona")
+    assert pg._conn().execute("SELECT count(*) FROM autopersona_outdated").fetchone() == (0,)
+    assert _postings(pg) == _holding(pg)
+    pg.close()
+
+
+def test_a_bank_of_the_version_before_packed_postings_is_packed_at_its_first_search(
+    postgres_schema: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hashing = HashingEmbedder()
+    records = embedded([persona(random.Random(29)) for _ in range(80)], hashing)
+    old = PostgresMemoryStore(postgres_schema, search="database")
+    old.add_many(USER, "persona", records)
+    old._conn().execute(  # what that version had
+        "DROP TABLE autopersona_packed, autopersona_outdated;"
+        " DROP INDEX autopersona_memories_unpacked, autopersona_memories_position;"
+        " ALTER TABLE autopersona_memories DROP COLUMN packed;"
+        " ALTER TABLE autopersona_banks DROP COLUMN unpacked"
+    )
+    old.close()
+    jsonl = JsonlMemoryStore(tmp_path / "store")
+    jsonl.add_many(USER, "persona", records)
+    monkeypatch.setattr(postgres_index, "UNPACKED", 16)
+    store = PostgresMemoryStore(postgres_schema, search="database")
+    ours, theirs = MemoryRetriever(store, hashing), MemoryRetriever(jsonl, hashing)
+    for query in queries(5):
+        assert ranked(ours, query) == [
+            (i, pytest.approx(score, abs=1e-5)) for i, score in ranked(theirs, query)
+        ]
+    assert _postings(store) == _holding(store)
+    assert store._conn().execute("SELECT count(*) FROM autopersona_packed").fetchone()[0] > 0
+    store.close()
