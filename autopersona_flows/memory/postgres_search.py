@@ -76,8 +76,8 @@ _MATCHING = (
 )
 _FETCH = (
     f"SELECT {_FETCHED} FROM autopersona_memories m"  # noqa: S608 - constant SQL, values are parameters
-    " WHERE m.user_id = %(user)s AND m.layer = %(layer)s AND m.position = ANY(%(positions)s)"
-    f" AND m.length IS NOT NULL{_CURRENT}"
+    " WHERE m.user_id = %(user)s AND m.layer = %(layer)s"
+    f" AND m.position = ANY(%(positions)s::bigint[]) AND m.length IS NOT NULL{_CURRENT}"
 )
 _NEAREST = (
     f"SELECT {_FETCHED} FROM autopersona_memories m"  # noqa: S608 - constant SQL, values are parameters
