@@ -831,7 +831,12 @@ class PostgresMemoryStore:
             if existing and not replace:
                 raise MemoriesExistError(snapshot.user_id, existing)
             conn.execute("DELETE FROM autopersona_memories WHERE user_id = %s", (user,))
-            for table in ("autopersona_terms", "autopersona_packed", "autopersona_outdated"):
+            for table in (
+                "autopersona_terms",
+                "autopersona_packed",
+                "autopersona_outdated",
+                "autopersona_unpacked",
+            ):
                 conn.execute(f"DELETE FROM {table} WHERE user_id = %s", (user,))  # noqa: S608 - constant SQL, values are parameters
             conn.execute(
                 "UPDATE autopersona_banks SET live = 0, total_length = 0, unpacked = 0"
@@ -882,6 +887,7 @@ class PostgresMemoryStore:
                     "DELETE FROM autopersona_terms WHERE user_id = %s",  # words of its memories
                     "DELETE FROM autopersona_packed WHERE user_id = %s",
                     "DELETE FROM autopersona_outdated WHERE user_id = %s",
+                    "DELETE FROM autopersona_unpacked WHERE user_id = %s",
                 )
             ]
         memories, changes, *_ = counts

@@ -14,15 +14,16 @@ transaction that writes the record (see `SearchColumns`):
   returns), the unit ``vector`` of its stored embedding with the embedder's
   ``model``, a 256-bit ``sketch`` of that vector (signs of a fixed projection),
   its time (``stated_at``, ``valid_until``) as POSIX seconds, its content
-  ``digest``, its ``contexts`` (GIN-indexed), and whether it is ``packed``.
+  ``digest`` and its ``contexts`` (GIN-indexed).
 
 ``autopersona_banks`` keeps each bank's live count and total length and
 ``autopersona_terms`` each term's document frequency (`count_in`, `count_out`), so
 BM25 is computed with the bank's own statistics, as `BankIndex` computes it.
 
 ``autopersona_packed`` holds each term's postings as one value (`POSTING`s in row
-order): a search reads a term's whole list in one index lookup, however common the
-term. Rows written since are unpacked (read from their lexemes by each search);
+order, cut in chunks): a search reads a term's whole list in a few values, however
+common the term. Rows written since are unpacked (``autopersona_unpacked``: each
+search reads their lexemes);
 rows that changed or went since are outdated (``autopersona_outdated``: skipped in
 the packed lists). Once more than `UNPACKED` rows wait, the write that makes them
 wait packs the bank (`pack_if_due`): only the terms those rows hold or held are
@@ -101,8 +102,9 @@ DO $$ BEGIN
             user_id bytea NOT NULL,
             layer text NOT NULL,
             term text NOT NULL,
+            first bigint NOT NULL,
             postings bytea NOT NULL,
-            PRIMARY KEY (user_id, layer, term)
+            PRIMARY KEY (user_id, layer, term, first)
         );
         -- read whole by every search holding the term: kept uncompressed
         ALTER TABLE autopersona_packed ALTER COLUMN postings SET STORAGE EXTERNAL;
@@ -113,11 +115,13 @@ DO $$ BEGIN
             terms text[] NOT NULL,
             PRIMARY KEY (user_id, layer, position)
         );
+        CREATE TABLE autopersona_unpacked (
+            user_id bytea NOT NULL,
+            layer text NOT NULL,
+            position bigint NOT NULL,
+            PRIMARY KEY (user_id, layer, position)
+        );
         ALTER TABLE autopersona_banks ADD COLUMN unpacked bigint NOT NULL DEFAULT 0;
-        -- rows written since their bank was packed: every search reads their lexemes
-        ALTER TABLE autopersona_memories ADD COLUMN packed boolean NOT NULL DEFAULT false;
-        CREATE INDEX autopersona_memories_unpacked ON autopersona_memories (user_id, layer)
-            WHERE NOT packed;
         CREATE INDEX IF NOT EXISTS autopersona_memories_position
             ON autopersona_memories (user_id, layer, position);
         -- banks indexed before packed postings existed: indexed again at their next use
@@ -126,8 +130,8 @@ DO $$ BEGIN
 END $$;
 """
 
-COLUMNS = "lexemes, length, vector, model, sketch, stated_at, valid_until, digest, contexts, packed"
-PLACEHOLDERS = "%s::tsvector, %s, %s, %s, %s::bit(256), %s, %s, %s, %s, false"
+COLUMNS = "lexemes, length, vector, model, sketch, stated_at, valid_until, digest, contexts"
+PLACEHOLDERS = "%s::tsvector, %s, %s, %s, %s::bit(256), %s, %s, %s, %s"
 
 _SKETCH_BITS = 256
 _MAX_POSITIONS = 256  # what a tsvector keeps per lexeme: higher frequencies count as 256
@@ -142,6 +146,8 @@ A term's packed postings are in row order.
 """
 UNPACKED = 256
 """Rows written and rows outdated since a bank's last `pack` before it packs again."""
+CHUNK = 1024
+"""Postings a packed value holds at most: a term's list is cut in such chunks."""
 
 
 def bank_prefix(user: bytes, layer: str) -> str:
@@ -183,6 +189,7 @@ def sketch(unit: np.ndarray) -> str:
 class SearchColumns:
     """What a row holds for searches (see the module docstring), and its distinct terms."""
 
+    id: str
     values: tuple[Any, ...]
     terms: tuple[str, ...]
     length: int | None
@@ -193,7 +200,7 @@ class SearchColumns:
         at = record.at.timestamp()
         until = record.valid_until.timestamp() if record.valid_until else None
         if record.buried_at is not None:  # indexed (not NULL), never found, never counted
-            return cls(("", None, None, None, None, at, until, None, None), (), None)
+            return cls(record.id, ("", None, None, None, None, at, until, None, None), (), None)
         counts = Counter(terms(memory_text(record.content)))
         kept = {t: n for t, n in counts.items() if len(t.encode()) <= _MAX_LEXEME}
         lexemes = " ".join(
@@ -214,7 +221,7 @@ class SearchColumns:
         contexts = sorted({normalise(c) for c in getattr(record.content, "contexts", ())})
         digest = content_digest(record.content)
         row = (lexemes, length, vector, model, signs, at, until, digest, contexts or None)
-        return cls(row, tuple(kept), length)
+        return cls(record.id, row, tuple(kept), length)
 
 
 def count_in(conn: Any, user: bytes, layer: str, rows: Sequence[SearchColumns]) -> None:
@@ -235,6 +242,12 @@ def count_in(conn: Any, user: bytes, layer: str, rows: Sequence[SearchColumns]) 
         "UPDATE autopersona_banks SET live = live + %s, total_length = total_length + %s,"
         " unpacked = unpacked + %s WHERE user_id = %s AND layer = %s",
         (len(live), sum(row.length or 0 for row in live), len(rows), user, layer),
+    )
+    conn.execute(
+        "INSERT INTO autopersona_unpacked (user_id, layer, position)"
+        " SELECT user_id, layer, position FROM autopersona_memories"
+        " WHERE user_id = %s AND layer = %s AND id = ANY(%s) ON CONFLICT DO NOTHING",
+        (user, layer, [row.id for row in live]),
     )
 
 
@@ -279,7 +292,7 @@ def reindex(
     With ``full`` the bank's statistics start over from these records (they must
     then be the whole bank); otherwise they must be rows not indexed yet.
     """
-    tables = ["autopersona_packed", "autopersona_outdated"]
+    tables = ["autopersona_packed", "autopersona_outdated", "autopersona_unpacked"]
     for table in ["autopersona_terms", *tables] if full else tables:
         conn.execute(
             f"DELETE FROM {table} WHERE user_id = %s AND layer = %s",  # noqa: S608 - constant SQL, values are parameters
@@ -287,7 +300,9 @@ def reindex(
         )
     # Packing starts over: every row of the bank waits to be packed.
     conn.execute(
-        "UPDATE autopersona_memories SET packed = false WHERE user_id = %s AND layer = %s",
+        "INSERT INTO autopersona_unpacked (user_id, layer, position)"
+        " SELECT user_id, layer, position FROM autopersona_memories"
+        " WHERE user_id = %s AND layer = %s AND length IS NOT NULL",
         (user, layer),
     )
     conn.execute(
@@ -337,13 +352,16 @@ def pack(conn: Any, user: bytes, layer: str) -> None:
     """Merge the rows a bank wrote since its last pack into its packed postings.
 
     A term's packed postings lose the rows that changed or went since (outdated)
-    and gain the current rows holding it; terms nothing touched keep theirs.
+    and gain the current rows holding it. Only the chunks (`CHUNK`) holding a row
+    that changed, or the place of a new one, are rewritten: a pack costs the same
+    in a bank of any size.
     """
     tail = conn.execute(
-        "UPDATE autopersona_memories SET packed = true"
-        " WHERE user_id = %s AND layer = %s AND NOT packed"
-        " RETURNING position, length, lexemes::text",
-        (user, layer),
+        "WITH waiting AS (DELETE FROM autopersona_unpacked WHERE user_id = %(user)s"
+        "   AND layer = %(layer)s RETURNING position)"
+        " SELECT m.position, m.length, m.lexemes::text FROM autopersona_memories m"
+        " JOIN waiting USING (position) WHERE m.user_id = %(user)s AND m.layer = %(layer)s",
+        {"user": user, "layer": layer},
     ).fetchall()
     outdated = conn.execute(
         "DELETE FROM autopersona_outdated WHERE user_id = %s AND layer = %s"
@@ -352,43 +370,89 @@ def pack(conn: Any, user: bytes, layer: str) -> None:
     ).fetchall()
     added: dict[str, list[tuple[int, int, int]]] = {}
     for position, length, lexemes in tail:
-        if length is None:  # buried
+        if length is None:  # buried since
             continue
         for term, tf in term_counts(lexemes).items():
             added.setdefault(term, []).append((position, min(tf, _MAX_TF), length))
-    removed = np.array([row[0] for row in outdated + tail], dtype=np.int64)
-    touched = sorted(set(added).union(*(terms for _, terms in outdated)))
-    old = dict(
-        conn.execute(
-            "SELECT term, postings FROM autopersona_packed"
-            " WHERE user_id = %s AND layer = %s AND term = ANY(%s)",
-            (user, layer, touched),
-        ).fetchall()
-    )
-    kept: dict[str, bytes] = {}
-    for term in touched:
-        before = np.frombuffer(old.get(term, b""), dtype=POSTING)
-        merged = np.concatenate(
-            [before[~np.isin(before["position"], removed)], np.array(added.get(term, []), POSTING)]
+    removed: dict[str, list[int]] = {}
+    for position, terms_then in outdated:  # the words its packed postings hold
+        for term in terms_then:
+            removed.setdefault(term, []).append(position)
+    touched = sorted(set(added) | set(removed))
+    firsts: dict[str, list[int]] = {}
+    for term, first in conn.execute(
+        "SELECT term, first FROM autopersona_packed"
+        " WHERE user_id = %s AND layer = %s AND term = ANY(%s) ORDER BY term, first",
+        (user, layer, touched),
+    ):
+        firsts.setdefault(term, []).append(first)
+    # Each change goes to the chunk whose rows it falls among (the first chunk for a
+    # row before it; a chunk of its own, first = None, in a term that has none).
+    new: dict[tuple[str, int | None], list[tuple[int, int, int]]] = {}
+    gone: dict[tuple[str, int | None], list[int]] = {}
+    for term, rows in added.items():
+        chunks = _chunks_of(firsts.get(term, []), [position for position, _, _ in rows])
+        for row, chunk in zip(rows, chunks, strict=True):
+            new.setdefault((term, chunk), []).append(row)
+    for term, positions in removed.items():
+        chunks = _chunks_of(firsts.get(term, []), positions)
+        for position, chunk in zip(positions, chunks, strict=True):
+            gone.setdefault((term, chunk), []).append(position)
+    changed = [(term, first) for term, first in new.keys() | gone.keys() if first is not None]
+    old: dict[tuple[str, int | None], np.ndarray] = {
+        (term, first): np.frombuffer(postings, dtype=POSTING)
+        for term, first, postings in conn.execute(
+            "SELECT p.term, p.first, p.postings FROM autopersona_packed p"
+            " JOIN unnest(%s::text[], %s::bigint[]) AS c(term, first) USING (term, first)"
+            " WHERE p.user_id = %s AND p.layer = %s",
+            ([term for term, _ in changed], [first for _, first in changed], user, layer),
         )
-        # In row order (searches merge sorted lists), big-endian again (concatenate made
-        # it native).
-        kept[term] = np.sort(merged, order="position").astype(POSTING).tobytes()
+    }
+    pieces: list[tuple[str, int, bytes]] = []
+    for key in new.keys() | gone.keys():
+        before = old.get(key, np.empty(0, POSTING))
+        merged = np.concatenate(
+            [
+                before[~np.isin(before["position"], gone.get(key, []))],
+                np.array(new.get(key, []), POSTING),
+            ]
+        )
+        # In row order, big-endian again (concatenate made it native).
+        merged = merged[np.argsort(merged["position"], kind="stable")].astype(POSTING)
+        for piece in np.array_split(merged, -(-len(merged) // CHUNK)) if len(merged) else []:
+            pieces.append((key[0], int(piece["position"][0]), piece.tobytes()))
     conn.execute(
-        "DELETE FROM autopersona_packed WHERE user_id = %s AND layer = %s AND term = ANY(%s)",
-        (user, layer, [term for term, postings in kept.items() if not postings]),
+        "DELETE FROM autopersona_packed p USING unnest(%s::text[], %s::bigint[]) AS c(term, first)"
+        " WHERE p.user_id = %s AND p.layer = %s AND p.term = c.term AND p.first = c.first",
+        ([term for term, _ in changed], [first for _, first in changed], user, layer),
     )
-    written = {term: postings for term, postings in kept.items() if postings}
     conn.execute(
-        "INSERT INTO autopersona_packed (user_id, layer, term, postings)"
-        " SELECT %s, %s, * FROM unnest(%s::text[], %s::bytea[])"
-        " ON CONFLICT (user_id, layer, term) DO UPDATE SET postings = EXCLUDED.postings",
-        (user, layer, list(written), list(written.values())),
+        "INSERT INTO autopersona_packed (user_id, layer, term, first, postings)"
+        # Sent binary (%b): a bytea array in text is escaped byte by byte.
+        " SELECT %s, %s, * FROM unnest(%b::text[], %b::bigint[], %b::bytea[])",
+        (
+            user,
+            layer,
+            [term for term, _, _ in pieces],
+            [first for _, first, _ in pieces],
+            [postings for _, _, postings in pieces],
+        ),
     )
     conn.execute(
         "UPDATE autopersona_banks SET unpacked = 0 WHERE user_id = %s AND layer = %s",
         (user, layer),
     )
+
+
+def _chunks_of(firsts: list[int], positions: list[int]) -> list[int | None]:
+    """The chunk (by its first position, ``firsts`` sorted) each of ``positions`` falls in.
+
+    A position before the first chunk falls in it; ``None`` if the term has no chunk.
+    """
+    if not firsts:
+        return [None] * len(positions)
+    at = np.searchsorted(np.array(firsts), np.array(positions, dtype=np.int64), side="right")
+    return [firsts[max(i - 1, 0)] for i in at.tolist()]
 
 
 _ORDERED = "m.id, m.position, m.stated_at, m.record"

@@ -59,8 +59,10 @@ _MATCHING = (
     # Each query term's document frequency and packed postings.
     f" ARRAY(SELECT coalesce(t.df, 0) FROM {_QUERY_TERMS} LEFT JOIN autopersona_terms t"
     "   ON t.user_id = b.user_id AND t.layer = b.layer AND t.term = q.term ORDER BY q.i),"
-    f" ARRAY(SELECT p.postings FROM {_QUERY_TERMS} LEFT JOIN autopersona_packed p"
-    "   ON p.user_id = b.user_id AND p.layer = b.layer AND p.term = q.term ORDER BY q.i),"
+    f" ARRAY(SELECT (SELECT string_agg(p.postings, '' ORDER BY p.first)"
+    "   FROM autopersona_packed p"
+    "   WHERE p.user_id = b.user_id AND p.layer = b.layer AND p.term = q.term)"
+    f"   FROM {_QUERY_TERMS} ORDER BY q.i),"
     # The rows whose packed postings are outdated.
     " (SELECT string_agg(int8send(o.position), '') FROM autopersona_outdated o"
     "   WHERE o.user_id = b.user_id AND o.layer = b.layer),"
@@ -68,10 +70,11 @@ _MATCHING = (
     " (SELECT string_agg(int2send(q.i::int2) || int8send(m.position)"
     "   || int2send(least(coalesce(array_length(u.positions, 1), 1), 32767)::int2)"
     "   || int4send(m.length), '')"
-    "   FROM autopersona_memories m CROSS JOIN unnest(m.lexemes) AS u"
+    "   FROM autopersona_unpacked w JOIN autopersona_memories m"
+    "   ON m.user_id = w.user_id AND m.layer = w.layer AND m.position = w.position"
+    "   CROSS JOIN unnest(m.lexemes) AS u"
     "   JOIN unnest(%(words)s::text[]) WITH ORDINALITY AS q(term, i) ON u.lexeme = q.term"
-    "   WHERE m.user_id = b.user_id AND m.layer = b.layer AND NOT m.packed"
-    "   AND m.length IS NOT NULL)"
+    "   WHERE w.user_id = b.user_id AND w.layer = b.layer AND m.length IS NOT NULL)"
     " FROM autopersona_banks b WHERE b.user_id = %(user)s AND b.layer = %(layer)s"
 )
 _FETCH = (

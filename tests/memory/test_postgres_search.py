@@ -319,12 +319,21 @@ def _postings(store: PostgresMemoryStore) -> dict[str, set[int]]:
     conn = store._conn()
     outdated = {p for (p,) in conn.execute("SELECT position FROM autopersona_outdated")}
     found: dict[str, set[int]] = {}
-    for term, packed in conn.execute("SELECT term, postings FROM autopersona_packed"):
+    last: dict[str, int] = {}
+    for term, first, packed in conn.execute(
+        "SELECT term, first, postings FROM autopersona_packed ORDER BY term, first"
+    ):
         rows = np.frombuffer(packed, dtype=postgres_index.POSTING)["position"]
-        found[term] = {int(p) for p in rows if int(p) not in outdated}
+        # A term's chunks: named by their first row, in row order, none overlapping.
+        assert 0 < len(rows) <= postgres_index.CHUNK
+        assert rows[0] == first
+        assert (np.diff(rows) > 0).all()
+        assert rows[0] > last.get(term, -1)
+        last[term] = int(rows[-1])
+        found.setdefault(term, set()).update(int(p) for p in rows if int(p) not in outdated)
     for position, lexemes in conn.execute(
-        "SELECT position, lexemes::text FROM autopersona_memories"
-        " WHERE NOT packed AND length IS NOT NULL"
+        "SELECT position, lexemes::text FROM autopersona_memories JOIN autopersona_unpacked"
+        " USING (user_id, layer, position) WHERE length IS NOT NULL"
     ):
         for term in postgres_index.term_counts(lexemes):
             found.setdefault(term, set()).add(position)
@@ -346,6 +355,7 @@ def test_packing_follows_every_kind_of_write(
     postgres_schema: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(postgres_index, "UNPACKED", 7)  # packs every few writes
+    monkeypatch.setattr(postgres_index, "CHUNK", 8)  # into lists of many chunks
     hashing = HashingEmbedder()
     rng = random.Random(23)
     jsonl = JsonlMemoryStore(tmp_path / "store")
@@ -411,9 +421,8 @@ def test_a_bank_of_the_version_before_packed_postings_is_packed_at_its_first_sea
     old = PostgresMemoryStore(postgres_schema, search="database")
     old.add_many(USER, "persona", records)
     old._conn().execute(  # what that version had
-        "DROP TABLE autopersona_packed, autopersona_outdated;"
-        " DROP INDEX autopersona_memories_unpacked, autopersona_memories_position;"
-        " ALTER TABLE autopersona_memories DROP COLUMN packed;"
+        "DROP TABLE autopersona_packed, autopersona_outdated, autopersona_unpacked;"
+        " DROP INDEX autopersona_memories_position;"
         " ALTER TABLE autopersona_banks DROP COLUMN unpacked"
     )
     old.close()
