@@ -466,6 +466,9 @@ class PostgresMemoryStore:
         postgres_index.count_in(
             conn, user, layer, [c for r, c in zip(records, columns, strict=True) if r.id in stored]
         )
+        postgres_index.unpack(
+            conn, user, layer, [first + i for i, r in enumerate(records) if r.id in stored]
+        )
         return stored
 
     def _all(
@@ -543,13 +546,23 @@ class PostgresMemoryStore:
             columns = postgres_index.SearchColumns.of(
                 after, postgres_index.bank_prefix(user, layer)
             )
-            conn.execute(
-                f"UPDATE autopersona_memories SET (record, seq, {postgres_index.COLUMNS})"  # noqa: S608 - constant SQL, values are parameters
-                f" = ROW(%s, %s, {postgres_index.PLACEHOLDERS})"
-                " WHERE user_id = %s AND layer = %s AND id = %s",
-                (after.model_dump_json().encode(), seq, *columns.values, user, layer, memory_id),
+            position = _aggregate(
+                conn.execute(
+                    f"UPDATE autopersona_memories SET (record, seq, {postgres_index.COLUMNS})"  # noqa: S608 - constant SQL, values are parameters
+                    f" = ROW(%s, %s, {postgres_index.PLACEHOLDERS})"
+                    " WHERE user_id = %s AND layer = %s AND id = %s RETURNING position",
+                    (
+                        after.model_dump_json().encode(),
+                        seq,
+                        *columns.values,
+                        user,
+                        layer,
+                        memory_id,
+                    ),
+                )
             )
             postgres_index.count_in(conn, user, layer, [columns])
+            postgres_index.unpack(conn, user, layer, [position])
         return after
 
     @_reachable

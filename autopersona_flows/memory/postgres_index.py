@@ -48,10 +48,13 @@ from autopersona_flows.memory.records import MemoryRecord
 from autopersona_flows.memory.text import memory_text, normalise, terms
 
 __all__ = [
+    "CHUNK",
     "COLUMNS",
     "PLACEHOLDERS",
+    "POSTING",
     "PREFIX_LENGTH",
     "SCHEMA",
+    "UNPACKED",
     "SearchColumns",
     "bank_prefix",
     "count_in",
@@ -59,9 +62,13 @@ __all__ = [
     "find",
     "holding",
     "learned_at",
+    "pack",
+    "pack_if_due",
     "quote",
     "reindex",
     "sketch",
+    "term_counts",
+    "unpack",
 ]
 
 SCHEMA = """
@@ -189,7 +196,6 @@ def sketch(unit: np.ndarray) -> str:
 class SearchColumns:
     """What a row holds for searches (see the module docstring), and its distinct terms."""
 
-    id: str
     values: tuple[Any, ...]
     terms: tuple[str, ...]
     length: int | None
@@ -200,7 +206,7 @@ class SearchColumns:
         at = record.at.timestamp()
         until = record.valid_until.timestamp() if record.valid_until else None
         if record.buried_at is not None:  # indexed (not NULL), never found, never counted
-            return cls(record.id, ("", None, None, None, None, at, until, None, None), (), None)
+            return cls(("", None, None, None, None, at, until, None, None), (), None)
         counts = Counter(terms(memory_text(record.content)))
         kept = {t: n for t, n in counts.items() if len(t.encode()) <= _MAX_LEXEME}
         lexemes = " ".join(
@@ -221,14 +227,11 @@ class SearchColumns:
         contexts = sorted({normalise(c) for c in getattr(record.content, "contexts", ())})
         digest = content_digest(record.content)
         row = (lexemes, length, vector, model, signs, at, until, digest, contexts or None)
-        return cls(record.id, row, tuple(kept), length)
+        return cls(row, tuple(kept), length)
 
 
 def count_in(conn: Any, user: bytes, layer: str, rows: Sequence[SearchColumns]) -> None:
-    """Add written rows to their bank's statistics (in the transaction writing them).
-
-    They join the bank's unpacked rows (see `pack_if_due`).
-    """
+    """Add written rows to their bank's statistics (in the transaction writing them)."""
     live = [row for row in rows if row.length is not None]
     if live:
         conn.execute(
@@ -239,15 +242,21 @@ def count_in(conn: Any, user: bytes, layer: str, rows: Sequence[SearchColumns]) 
             (user, layer, [term for row in live for term in row.terms]),
         )
     conn.execute(
-        "UPDATE autopersona_banks SET live = live + %s, total_length = total_length + %s,"
-        " unpacked = unpacked + %s WHERE user_id = %s AND layer = %s",
-        (len(live), sum(row.length or 0 for row in live), len(rows), user, layer),
+        "UPDATE autopersona_banks SET live = live + %s, total_length = total_length + %s"
+        " WHERE user_id = %s AND layer = %s",
+        (len(live), sum(row.length or 0 for row in live), user, layer),
     )
+
+
+def unpack(conn: Any, user: bytes, layer: str, positions: Sequence[int]) -> None:
+    """List written rows (by position) as waiting to be packed (see `pack_if_due`)."""
     conn.execute(
-        "INSERT INTO autopersona_unpacked (user_id, layer, position)"
-        " SELECT user_id, layer, position FROM autopersona_memories"
-        " WHERE user_id = %s AND layer = %s AND id = ANY(%s) ON CONFLICT DO NOTHING",
-        (user, layer, [row.id for row in live]),
+        "WITH listed AS (INSERT INTO autopersona_unpacked (user_id, layer, position)"
+        "   SELECT %(user)s, %(layer)s, unnest(%(positions)s::bigint[])"
+        "   ON CONFLICT DO NOTHING RETURNING 1)"
+        " UPDATE autopersona_banks SET unpacked = unpacked + (SELECT count(*) FROM listed)"
+        " WHERE user_id = %(user)s AND layer = %(layer)s",
+        {"user": user, "layer": layer, "positions": list(positions)},
     )
 
 
@@ -298,20 +307,12 @@ def reindex(
             f"DELETE FROM {table} WHERE user_id = %s AND layer = %s",  # noqa: S608 - constant SQL, values are parameters
             (user, layer),
         )
-    # Packing starts over: every row of the bank waits to be packed.
-    conn.execute(
-        "INSERT INTO autopersona_unpacked (user_id, layer, position)"
-        " SELECT user_id, layer, position FROM autopersona_memories"
-        " WHERE user_id = %s AND layer = %s AND length IS NOT NULL",
-        (user, layer),
-    )
-    conn.execute(
-        "UPDATE autopersona_banks SET live = CASE WHEN %(full)s THEN 0 ELSE live END,"
-        " total_length = CASE WHEN %(full)s THEN 0 ELSE total_length END,"
-        " unpacked = CASE WHEN %(full)s THEN 0 ELSE live END"
-        " WHERE user_id = %(user)s AND layer = %(layer)s",
-        {"full": full, "user": user, "layer": layer},
-    )
+    if full:
+        conn.execute(
+            "UPDATE autopersona_banks SET live = 0, total_length = 0"
+            " WHERE user_id = %s AND layer = %s",
+            (user, layer),
+        )
     prefix = bank_prefix(user, layer)
     rows = [SearchColumns.of(record, prefix) for record in records]
     with conn.cursor() as cursor:
@@ -321,6 +322,15 @@ def reindex(
             [(*row.values, user, layer, r.id) for row, r in zip(rows, records, strict=True)],
         )
     count_in(conn, user, layer, rows)
+    # Packing starts over: every row of the bank waits to be packed.
+    conn.execute(
+        "WITH listed AS (INSERT INTO autopersona_unpacked (user_id, layer, position)"
+        "   SELECT user_id, layer, position FROM autopersona_memories"
+        "   WHERE user_id = %(user)s AND layer = %(layer)s AND length IS NOT NULL RETURNING 1)"
+        " UPDATE autopersona_banks SET unpacked = (SELECT count(*) FROM listed)"
+        " WHERE user_id = %(user)s AND layer = %(layer)s",
+        {"user": user, "layer": layer},
+    )
 
 
 def term_counts(lexemes: str) -> dict[str, int]:
@@ -356,12 +366,14 @@ def pack(conn: Any, user: bytes, layer: str) -> None:
     that changed, or the place of a new one, are rewritten: a pack costs the same
     in a bank of any size.
     """
+    waiting = conn.execute(
+        "DELETE FROM autopersona_unpacked WHERE user_id = %s AND layer = %s RETURNING position",
+        (user, layer),
+    ).fetchall()
     tail = conn.execute(
-        "WITH waiting AS (DELETE FROM autopersona_unpacked WHERE user_id = %(user)s"
-        "   AND layer = %(layer)s RETURNING position)"
-        " SELECT m.position, m.length, m.lexemes::text FROM autopersona_memories m"
-        " JOIN waiting USING (position) WHERE m.user_id = %(user)s AND m.layer = %(layer)s",
-        {"user": user, "layer": layer},
+        "SELECT position, length, lexemes::text FROM autopersona_memories"
+        " WHERE user_id = %s AND layer = %s AND position = ANY(%s::bigint[])",
+        (user, layer, [position for (position,) in waiting]),
     ).fetchall()
     outdated = conn.execute(
         "DELETE FROM autopersona_outdated WHERE user_id = %s AND layer = %s"
