@@ -34,7 +34,6 @@ answers by id, content and words. `autopersona_flows.memory.postgres_search` ran
 from __future__ import annotations
 
 import hashlib
-import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -52,6 +51,7 @@ __all__ = [
     "COLUMNS",
     "PLACEHOLDERS",
     "POSTING",
+    "POSTING_SQL",
     "PREFIX_LENGTH",
     "SCHEMA",
     "UNPACKED",
@@ -67,7 +67,6 @@ __all__ = [
     "quote",
     "reindex",
     "sketch",
-    "term_counts",
     "unpack",
 ]
 
@@ -143,10 +142,13 @@ PLACEHOLDERS = "%s::tsvector, %s, %s, %s, %s::bit(256), %s, %s, %s, %s"
 _SKETCH_BITS = 256
 _MAX_POSITIONS = 256  # what a tsvector keeps per lexeme: higher frequencies count as 256
 _MAX_LEXEME = 2046  # bytes; a longer "word" is left out of the tsvector
-_MAX_TF = 32767  # a packed posting's term frequency is an int2
-_LEXEME = re.compile(r"'((?:[^']|'')*)'(?::([0-9A-D,]+))?")
 
 POSTING = np.dtype([("position", ">i8"), ("tf", ">i2"), ("length", ">i4")])
+POSTING_SQL = (
+    "int8send(m.position) || int2send(least(coalesce(array_length(u.positions, 1), 1), 32767)"
+    "::int2) || int4send(m.length)"
+)
+"""A `POSTING` in SQL, of a row ``m`` and one of its lexemes ``u`` (``unnest(m.lexemes)``)."""
 """A packed posting: the row's position, the term's frequency in it, the row's length.
 
 A term's packed postings are in row order.
@@ -333,16 +335,6 @@ def reindex(
     )
 
 
-def term_counts(lexemes: str) -> dict[str, int]:
-    """The terms of a tsvector's text (without their bank prefix) and their frequencies."""
-    return {
-        lexeme[PREFIX_LENGTH:].replace("''", "'").replace("\\\\", "\\"): (
-            positions.count(",") + 1 if positions else 1
-        )
-        for lexeme, positions in _LEXEME.findall(lexemes)
-    }
-
-
 def pack_if_due(conn: Any, user: bytes, layer: str) -> None:
     """Pack a bank (`pack`) if more than `UNPACKED` rows were written or outdated since.
 
@@ -370,25 +362,24 @@ def pack(conn: Any, user: bytes, layer: str) -> None:
         "DELETE FROM autopersona_unpacked WHERE user_id = %s AND layer = %s RETURNING position",
         (user, layer),
     ).fetchall()
-    tail = conn.execute(
-        "SELECT position, length, lexemes::text FROM autopersona_memories"
-        " WHERE user_id = %s AND layer = %s AND position = ANY(%s::bigint[])",
-        (user, layer, [position for (position,) in waiting]),
-    ).fetchall()
-    outdated = conn.execute(
+    added = {  # each term's postings of the waiting rows, in row order
+        term: np.frombuffer(postings, dtype=POSTING)
+        for term, postings in conn.execute(
+            f"SELECT substr(u.lexeme, %s), string_agg({POSTING_SQL}, '' ORDER BY m.position)"  # noqa: S608 - constant SQL, values are parameters
+            " FROM autopersona_memories m CROSS JOIN unnest(m.lexemes) AS u"
+            " WHERE m.user_id = %s AND m.layer = %s AND m.position = ANY(%s::bigint[])"
+            " AND m.length IS NOT NULL GROUP BY 1",
+            (PREFIX_LENGTH + 1, user, layer, [position for (position,) in waiting]),
+            binary=True,
+        )
+    }
+    removed: dict[str, list[int]] = {}
+    for position, terms_then in conn.execute(
         "DELETE FROM autopersona_outdated WHERE user_id = %s AND layer = %s"
         " RETURNING position, terms",
         (user, layer),
-    ).fetchall()
-    added: dict[str, list[tuple[int, int, int]]] = {}
-    for position, length, lexemes in tail:
-        if length is None:  # buried since
-            continue
-        for term, tf in term_counts(lexemes).items():
-            added.setdefault(term, []).append((position, min(tf, _MAX_TF), length))
-    removed: dict[str, list[int]] = {}
-    for position, terms_then in outdated:  # the words its packed postings hold
-        for term in terms_then:
+    ):
+        for term in terms_then:  # the words its packed postings hold
             removed.setdefault(term, []).append(position)
     touched = sorted(set(added) | set(removed))
     firsts: dict[str, list[int]] = {}
@@ -399,40 +390,38 @@ def pack(conn: Any, user: bytes, layer: str) -> None:
     ):
         firsts.setdefault(term, []).append(first)
     # Each change goes to the chunk whose rows it falls among (the first chunk for a
-    # row before it; a chunk of its own, first = None, in a term that has none).
-    new: dict[tuple[str, int | None], list[tuple[int, int, int]]] = {}
-    gone: dict[tuple[str, int | None], list[int]] = {}
-    for term, rows in added.items():
-        chunks = _chunks_of(firsts.get(term, []), [position for position, _, _ in rows])
-        for row, chunk in zip(rows, chunks, strict=True):
-            new.setdefault((term, chunk), []).append(row)
-    for term, positions in removed.items():
-        chunks = _chunks_of(firsts.get(term, []), positions)
-        for position, chunk in zip(positions, chunks, strict=True):
-            gone.setdefault((term, chunk), []).append(position)
-    changed = [(term, first) for term, first in new.keys() | gone.keys() if first is not None]
-    old: dict[tuple[str, int | None], np.ndarray] = {
+    # row before it); a term without chunks gets new ones (first: None).
+    plans: list[tuple[str, int | None, np.ndarray, np.ndarray]] = []
+    for term in touched:
+        rows = added.get(term, np.empty(0, POSTING))
+        gone = np.array(removed.get(term, []), dtype=np.int64)
+        bounds = np.array(firsts.get(term, []), dtype=np.int64)
+        if not len(bounds):
+            plans.append((term, None, rows, gone))
+            continue
+        row_at = np.maximum(np.searchsorted(bounds, rows["position"], side="right") - 1, 0)
+        gone_at = np.maximum(np.searchsorted(bounds, gone, side="right") - 1, 0)
+        for chunk in np.union1d(row_at, gone_at).tolist():
+            plans.append((term, int(bounds[chunk]), rows[row_at == chunk], gone[gone_at == chunk]))
+    changed = [(term, first) for term, first, _, _ in plans if first is not None]
+    old = {
         (term, first): np.frombuffer(postings, dtype=POSTING)
         for term, first, postings in conn.execute(
             "SELECT p.term, p.first, p.postings FROM autopersona_packed p"
             " JOIN unnest(%s::text[], %s::bigint[]) AS c(term, first) USING (term, first)"
             " WHERE p.user_id = %s AND p.layer = %s",
             ([term for term, _ in changed], [first for _, first in changed], user, layer),
+            binary=True,
         )
     }
     pieces: list[tuple[str, int, bytes]] = []
-    for key in new.keys() | gone.keys():
-        before = old.get(key, np.empty(0, POSTING))
-        merged = np.concatenate(
-            [
-                before[~np.isin(before["position"], gone.get(key, []))],
-                np.array(new.get(key, []), POSTING),
-            ]
-        )
+    for term, first, rows, gone in plans:
+        before = old.get((term, first), np.empty(0, POSTING)) if first is not None else rows[:0]
+        merged = np.concatenate([before[~np.isin(before["position"], gone)], rows])
         # In row order, big-endian again (concatenate made it native).
         merged = merged[np.argsort(merged["position"], kind="stable")].astype(POSTING)
         for piece in np.array_split(merged, -(-len(merged) // CHUNK)) if len(merged) else []:
-            pieces.append((key[0], int(piece["position"][0]), piece.tobytes()))
+            pieces.append((term, int(piece["position"][0]), piece.tobytes()))
     conn.execute(
         "DELETE FROM autopersona_packed p USING unnest(%s::text[], %s::bigint[]) AS c(term, first)"
         " WHERE p.user_id = %s AND p.layer = %s AND p.term = c.term AND p.first = c.first",

@@ -34,7 +34,7 @@ import numpy as np
 
 from autopersona_flows.errors import EmbeddingMismatchError
 from autopersona_flows.memory.embedders import check_vectors
-from autopersona_flows.memory.postgres_index import POSTING, bank_prefix, sketch
+from autopersona_flows.memory.postgres_index import POSTING, POSTING_SQL, bank_prefix, sketch
 from autopersona_flows.memory.protocol import BankSearch, Found
 from autopersona_flows.memory.records import MemoryRecord
 from autopersona_flows.memory.text import memory_text, terms
@@ -67,9 +67,7 @@ _MATCHING = (
     " (SELECT string_agg(int8send(o.position), '') FROM autopersona_outdated o"
     "   WHERE o.user_id = b.user_id AND o.layer = b.layer),"
     # The postings of the rows written since the bank was packed.
-    " (SELECT string_agg(int2send(q.i::int2) || int8send(m.position)"
-    "   || int2send(least(coalesce(array_length(u.positions, 1), 1), 32767)::int2)"
-    "   || int4send(m.length), '')"
+    f" (SELECT string_agg(int2send(q.i::int2) || {POSTING_SQL}, '')"
     "   FROM autopersona_unpacked w JOIN autopersona_memories m"
     "   ON m.user_id = w.user_id AND m.layer = w.layer AND m.position = w.position"
     "   CROSS JOIN unnest(m.lexemes) AS u"

@@ -331,23 +331,24 @@ def _postings(store: PostgresMemoryStore) -> dict[str, set[int]]:
         assert rows[0] > last.get(term, -1)
         last[term] = int(rows[-1])
         found.setdefault(term, set()).update(int(p) for p in rows if int(p) not in outdated)
-    for position, lexemes in conn.execute(
-        "SELECT position, lexemes::text FROM autopersona_memories JOIN autopersona_unpacked"
-        " USING (user_id, layer, position) WHERE length IS NOT NULL"
+    for position, term in conn.execute(
+        f"SELECT position, substr(lexeme, {postgres_index.PREFIX_LENGTH + 1})"  # noqa: S608 - constant SQL
+        " FROM autopersona_memories JOIN autopersona_unpacked USING (user_id, layer, position),"
+        " unnest(tsvector_to_array(lexemes)) AS lexeme WHERE length IS NOT NULL"
     ):
-        for term in postgres_index.term_counts(lexemes):
-            found.setdefault(term, set()).add(position)
+        found.setdefault(term, set()).add(position)
     return {term: rows for term, rows in found.items() if rows}
 
 
 def _holding(store: PostgresMemoryStore) -> dict[str, set[int]]:
     """Each term's live rows, from the rows themselves."""
     found: dict[str, set[int]] = {}
-    for position, lexemes in store._conn().execute(
-        "SELECT position, lexemes::text FROM autopersona_memories WHERE length IS NOT NULL"
+    for position, term in store._conn().execute(
+        f"SELECT position, substr(lexeme, {postgres_index.PREFIX_LENGTH + 1})"  # noqa: S608 - constant SQL
+        " FROM autopersona_memories, unnest(tsvector_to_array(lexemes)) AS lexeme"
+        " WHERE length IS NOT NULL"
     ):
-        for term in postgres_index.term_counts(lexemes):
-            found.setdefault(term, set()).add(position)
+        found.setdefault(term, set()).add(position)
     return found
 
 
