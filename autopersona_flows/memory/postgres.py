@@ -43,7 +43,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, TypeVar
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
 
 from autopersona_flows.errors import (
     DuplicateMemoryError,
@@ -67,9 +67,6 @@ from autopersona_flows.memory.records import (
 )
 from autopersona_flows.memory.snapshots import MemoryChange, MemorySnapshot
 from autopersona_flows.memory.users import check_user_id
-
-if TYPE_CHECKING:
-    pass
 
 try:
     import psycopg

@@ -20,15 +20,15 @@ transaction that writes the record (see `SearchColumns`):
 ``autopersona_terms`` each term's document frequency (`count_in`, `count_out`), so
 BM25 is computed with the bank's own statistics, as `BankIndex` computes it.
 
-``autopersona_packed`` holds each term's postings as one value (`POSTING`s in row
-order, cut in chunks): a search reads a term's whole list in a few values, however
-common the term. Rows written since are unpacked (``autopersona_unpacked``: each
-search reads their lexemes);
-rows that changed or went since are outdated (``autopersona_outdated``: skipped in
-the packed lists). Once more than `UNPACKED` rows wait, the write that makes them
-wait packs the bank (`pack_if_due`): only the terms those rows hold or held are
-rewritten. The lookups (`find`, `learned_at`, `holding`) answer what `BankIndex`
-answers by id, content and words. `autopersona_flows.memory.postgres_search` ranks.
+``autopersona_packed`` holds each term's postings (`POSTING`s in row order, in
+chunks of at most `CHUNK`): a search reads a term's whole list in a few values,
+however common the term. Rows written since the bank was packed wait in
+``autopersona_unpacked`` (each search reads their lexemes); rows that changed or
+went since are outdated (``autopersona_outdated``: their packed postings are
+skipped). Once more than `UNPACKED` rows wait, the write that makes them wait packs
+the bank (`pack_if_due`): only the chunks where those rows fall are rewritten. The
+lookups (`find`, `learned_at`, `holding`) answer what `BankIndex` answers by id,
+content and words. `autopersona_flows.memory.postgres_search` ranks.
 """
 
 from __future__ import annotations
@@ -144,15 +144,15 @@ _MAX_POSITIONS = 256  # what a tsvector keeps per lexeme: higher frequencies cou
 _MAX_LEXEME = 2046  # bytes; a longer "word" is left out of the tsvector
 
 POSTING = np.dtype([("position", ">i8"), ("tf", ">i2"), ("length", ">i4")])
+"""A packed posting: the row's position, the term's frequency in it, the row's length.
+
+A term's packed postings are in row order.
+"""
 POSTING_SQL = (
     "int8send(m.position) || int2send(least(coalesce(array_length(u.positions, 1), 1), 32767)"
     "::int2) || int4send(m.length)"
 )
 """A `POSTING` in SQL, of a row ``m`` and one of its lexemes ``u`` (``unnest(m.lexemes)``)."""
-"""A packed posting: the row's position, the term's frequency in it, the row's length.
-
-A term's packed postings are in row order.
-"""
 UNPACKED = 256
 """Rows written and rows outdated since a bank's last `pack` before it packs again."""
 CHUNK = 1024
@@ -443,17 +443,6 @@ def pack(conn: Any, user: bytes, layer: str) -> None:
         "UPDATE autopersona_banks SET unpacked = 0 WHERE user_id = %s AND layer = %s",
         (user, layer),
     )
-
-
-def _chunks_of(firsts: list[int], positions: list[int]) -> list[int | None]:
-    """The chunk (by its first position, ``firsts`` sorted) each of ``positions`` falls in.
-
-    A position before the first chunk falls in it; ``None`` if the term has no chunk.
-    """
-    if not firsts:
-        return [None] * len(positions)
-    at = np.searchsorted(np.array(firsts), np.array(positions, dtype=np.int64), side="right")
-    return [firsts[max(i - 1, 0)] for i in at.tolist()]
 
 
 _ORDERED = "m.id, m.position, m.stated_at, m.record"
