@@ -3,7 +3,7 @@
 Settling a node (see `settle`) ends in one `NodeCall`: the node, the request it was
 decided on, the decision and the answers. It is dumped to JSON once, as the run
 task's keyed parameter (`NodeCall.parameters`), and read back once, in the run task
-(`run_call`), which builds the tool's `NodeContext` from it and calls the tool. The
+(`run_task`), which builds the tool's `NodeContext` from it and calls the tool. The
 run task receives the call and the tool, nothing else: it never decides, and it
 holds nothing of what submitted it. Its result is the tool's output and which
 attempt produced it, ``{"output": ..., "attempt": n}`` (see `_finished`).
