@@ -148,15 +148,8 @@ def test_a_fresh_process_reads_only_what_the_saved_index_does_not_cover(
         read_back.append("record")
         return original(data, **kwargs)  # type: ignore[arg-type]
 
-    scanned: list[int] = []
-
-    def scan(data: bytes, *args: Any) -> tuple[list[LogEntry], int]:
-        entries, end = scan_entries(data, *args)
-        scanned.append(len(entries))
-        return entries, end
-
     monkeypatch.setattr(MemoryRecord, "model_validate_json", spy)
-    monkeypatch.setattr(persisted, "scan_entries", scan)
+    scanned = _count_scans(monkeypatch)
     retriever = MemoryRetriever(JsonlMemoryStore(tmp_path), HashingEmbedder())
     bundle = retriever.retrieve(USER, [SearchRequest(layer="persona", query="quokka")], top_k=1)
     assert bundle.persona[0].record.content.topic == "quokka"
@@ -178,6 +171,15 @@ def test_a_saved_index_saved_again_appends_its_new_vectors_and_is_served(
     _fresh(tmp_path)  # loads it, reads the rest, and saves again
     assert list(folder.glob("persona.*.vectors")) == [vectors]
     assert vectors.stat().st_size > size  # the new rows, appended
+    scanned = _count_scans(monkeypatch)
+    loaded = _fresh(tmp_path)
+    assert scanned == [0]  # served: nothing past the second save is read
+    for query in ["seat", "vegan meal on the train"]:
+        assert _scores(loaded, query) == pytest.approx(_scores(_in_memory(store), query), abs=1e-6)
+
+
+def _count_scans(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Record how many bank lines each read of a bank's uncovered part scans."""
     scanned: list[int] = []
 
     def scan(data: bytes, *args: Any) -> tuple[list[LogEntry], int]:
@@ -186,10 +188,7 @@ def test_a_saved_index_saved_again_appends_its_new_vectors_and_is_served(
         return entries, end
 
     monkeypatch.setattr(persisted, "scan_entries", scan)
-    loaded = _fresh(tmp_path)
-    assert scanned == [0]  # served: nothing past the second save is read
-    for query in ["seat", "vegan meal on the train"]:
-        assert _scores(loaded, query) == pytest.approx(_scores(_in_memory(store), query), abs=1e-6)
+    return scanned
 
 
 def _saved_then_changed(tmp_path: Path) -> JsonlMemoryStore:
