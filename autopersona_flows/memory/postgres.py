@@ -179,7 +179,11 @@ def _lock_key(user: bytes, layer: str) -> int:
 
 
 def _aggregate(cursor: psycopg.Cursor[Any]) -> Any:
-    """The value of an aggregate query (``max``, ``count``), which always returns one row."""
+    """The value of a query that always returns one row.
+
+    An aggregate (``max``, ``count``), or what an update of a row known to be there
+    returns.
+    """
     row = cursor.fetchone()
     if row is None:  # pragma: no cover - only a broken server or driver returns no row
         raise MemoryStoreError("an aggregate query returned no row")
@@ -209,7 +213,7 @@ class PostgresMemoryStore:
         search: Where `MemoryRetriever` searches this store's banks. ``"memory"``
             (the default): each worker keeps an index of every bank it serves,
             following the change feed, and ranks exactly as the JSONL store does.
-            ``"database"``: PostgreSQL's full-text index recalls candidates and the
+            ``"database"``: the postings PostgreSQL keeps rank the candidates and the
             worker scores only those (`autopersona_flows.memory.postgres_search`):
             workers share one index and hold nothing per bank, within the tolerance
             ``docs/retrieval.md`` states. Needs PostgreSQL 14 or later, no extension.
@@ -226,8 +230,8 @@ class PostgresMemoryStore:
     def __init__(self, dsn: str, *, search: Literal["memory", "database"] = "memory") -> None:
         if search not in ("memory", "database"):
             raise MemoryStoreError(
-                f"search must be 'memory' (an index per worker) or 'database' (PostgreSQL's "
-                f"full-text index), got {search!r}"
+                f"search must be 'memory' (an index per worker) or 'database' (the index "
+                f"PostgreSQL keeps), got {search!r}"
             )
         self.search = search
         self._searcher = postgres_search.DatabaseSearch(self._checked, self._refresh)
@@ -727,9 +731,8 @@ class PostgresMemoryStore:
         state = (
             self._conn()
             .execute(
-                "SELECT b.unverified OR EXISTS (SELECT FROM autopersona_memories m"
-                " WHERE m.user_id = b.user_id AND m.layer = b.layer AND m.lexemes IS NULL)"
-                " FROM autopersona_banks b WHERE b.user_id = %s AND b.layer = %s",
+                f"SELECT {postgres_index.STALE_SQL} FROM autopersona_banks b"  # noqa: S608 - constant SQL, values are parameters
+                " WHERE b.user_id = %s AND b.layer = %s",
                 (user, layer),
                 prepare=True,
             )
@@ -753,7 +756,7 @@ class PostgresMemoryStore:
                 " WHERE user_id = %s AND layer = %s AND lexemes IS NULL",
                 (user, layer),
             ).fetchall()
-            records = [_record(raw, f"{self!r} {layer}", layer) for (raw,) in rows]
+            records = [self._checked(raw, layer) for (raw,) in rows]
             if records:
                 postgres_index.reindex(conn, user, layer, records, full=False)
 
@@ -841,12 +844,7 @@ class PostgresMemoryStore:
             if existing and not replace:
                 raise MemoriesExistError(snapshot.user_id, existing)
             conn.execute("DELETE FROM autopersona_memories WHERE user_id = %s", (user,))
-            for table in (
-                "autopersona_terms",
-                "autopersona_packed",
-                "autopersona_outdated",
-                "autopersona_unpacked",
-            ):
+            for table in postgres_index.TABLES:
                 conn.execute(f"DELETE FROM {table} WHERE user_id = %s", (user,))  # noqa: S608 - constant SQL, values are parameters
             conn.execute(
                 "UPDATE autopersona_banks SET live = 0, total_length = 0, unpacked = 0"
@@ -894,10 +892,8 @@ class PostgresMemoryStore:
                     "DELETE FROM autopersona_memories WHERE user_id = %s",
                     "DELETE FROM autopersona_history WHERE user_id = %s",
                     "DELETE FROM autopersona_banks WHERE user_id = %s",
-                    "DELETE FROM autopersona_terms WHERE user_id = %s",  # words of its memories
-                    "DELETE FROM autopersona_packed WHERE user_id = %s",
-                    "DELETE FROM autopersona_outdated WHERE user_id = %s",
-                    "DELETE FROM autopersona_unpacked WHERE user_id = %s",
+                    # the words of its memories, their postings
+                    *(f"DELETE FROM {table} WHERE user_id = %s" for table in postgres_index.TABLES),  # noqa: S608 - constant SQL, values are parameters
                 )
             ]
         memories, changes, *_ = counts

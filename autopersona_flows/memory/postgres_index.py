@@ -54,6 +54,8 @@ __all__ = [
     "POSTING_SQL",
     "PREFIX_LENGTH",
     "SCHEMA",
+    "STALE_SQL",
+    "TABLES",
     "UNPACKED",
     "SearchColumns",
     "bank_prefix",
@@ -157,6 +159,13 @@ UNPACKED = 256
 """Rows written and rows outdated since a bank's last `pack` before it packs again."""
 CHUNK = 1024
 """Postings a packed value holds at most: a term's list is cut in such chunks."""
+TABLES = ("autopersona_terms", "autopersona_packed", "autopersona_outdated", "autopersona_unpacked")
+"""The tables of a bank's search data beside its rows (each keyed by user, layer, ...)."""
+STALE_SQL = (
+    "b.unverified OR EXISTS (SELECT FROM autopersona_memories m"
+    " WHERE m.user_id = b.user_id AND m.layer = b.layer AND m.lexemes IS NULL)"
+)
+"""Whether a bank ``b`` has rows no search can use yet: written elsewhere, or unindexed."""
 
 
 def bank_prefix(user: bytes, layer: str) -> str:
@@ -303,8 +312,7 @@ def reindex(
     With ``full`` the bank's statistics start over from these records (they must
     then be the whole bank); otherwise they must be rows not indexed yet.
     """
-    tables = ["autopersona_packed", "autopersona_outdated", "autopersona_unpacked"]
-    for table in ["autopersona_terms", *tables] if full else tables:
+    for table in TABLES if full else TABLES[1:]:  # the terms' frequencies are counted below
         conn.execute(
             f"DELETE FROM {table} WHERE user_id = %s AND layer = %s",  # noqa: S608 - constant SQL, values are parameters
             (user, layer),

@@ -34,7 +34,13 @@ import numpy as np
 
 from autopersona_flows.errors import EmbeddingMismatchError
 from autopersona_flows.memory.embedders import check_vectors
-from autopersona_flows.memory.postgres_index import POSTING, POSTING_SQL, bank_prefix, sketch
+from autopersona_flows.memory.postgres_index import (
+    POSTING,
+    POSTING_SQL,
+    STALE_SQL,
+    bank_prefix,
+    sketch,
+)
 from autopersona_flows.memory.protocol import BankSearch, Found
 from autopersona_flows.memory.records import MemoryRecord
 from autopersona_flows.memory.text import memory_text, terms
@@ -54,8 +60,7 @@ _CURRENT = (
 _QUERY_TERMS = "unnest(%(terms)s::text[]) WITH ORDINALITY AS q(term, i)"
 _MATCHING = (
     # The bank's statistics, and whether some of its rows are not indexed yet.
-    "SELECT b.live, b.total_length, b.unverified OR EXISTS (SELECT FROM autopersona_memories m"  # noqa: S608 - constant SQL, values are parameters
-    "   WHERE m.user_id = b.user_id AND m.layer = b.layer AND m.lexemes IS NULL),"
+    f"SELECT b.live, b.total_length, {STALE_SQL},"  # noqa: S608 - constant SQL, values are parameters
     # Each query term's document frequency and packed postings.
     f" ARRAY(SELECT coalesce(t.df, 0) FROM {_QUERY_TERMS} LEFT JOIN autopersona_terms t"
     "   ON t.user_id = b.user_id AND t.layer = b.layer AND t.term = q.term ORDER BY q.i),"

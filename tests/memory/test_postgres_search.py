@@ -167,9 +167,8 @@ def test_a_query_sharing_no_word_is_served_by_meaning(postgres_schema: str) -> N
 
 def test_writes_of_one_worker_are_searched_by_another_at_once(postgres_schema: str) -> None:
     writer = PostgresMemoryStore(postgres_schema, search="database")
-    reader = MemoryRetriever(PostgresMemoryStore(postgres_schema, search="database"))
     hashing = HashingEmbedder()
-    reader = MemoryRetriever(reader.store, hashing)
+    reader = MemoryRetriever(PostgresMemoryStore(postgres_schema, search="database"), hashing)
     rng = random.Random(5)
     writer.add_many(USER, "persona", embedded([persona(rng) for _ in range(50)], hashing))
     (added,) = embedded([PersonaMemory(topic="quokka census", preference="zebra stripes")], hashing)
@@ -197,7 +196,10 @@ def _statistics(store: PostgresMemoryStore) -> tuple[int, int, dict[str, int]]:
     return live, total, terms
 
 
-def test_statistics_follow_every_write_and_survive_a_rebuild(postgres_schema: str) -> None:
+def test_statistics_follow_every_write_and_survive_a_rebuild(
+    postgres_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(postgres_index, "UNPACKED", 4)  # packed postings to erase too
     store = PostgresMemoryStore(postgres_schema, search="database")
     rng = random.Random(11)
     hashing = HashingEmbedder()
@@ -210,8 +212,10 @@ def test_statistics_follow_every_write_and_survive_a_rebuild(postgres_schema: st
     with store._write(USER.encode(), "persona") as conn:  # a rebuild from the records
         store._verify(conn, USER.encode(), "persona")
     assert _statistics(store) == kept
+    assert store._conn().execute("SELECT count(*) FROM autopersona_packed").fetchone()[0] > 0
     assert store.erase(USER).found
-    assert store._conn().execute("SELECT count(*) FROM autopersona_terms").fetchone() == (0,)
+    for table in postgres_index.TABLES:  # the words of its memories, and their postings
+        assert store._conn().execute(f"SELECT count(*) FROM {table}").fetchone() == (0,)  # noqa: S608
     store.close()
 
 
